@@ -1,0 +1,65 @@
+#include "backends/host/host.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "backends/worker.hpp"
+#include "core/arch.hpp"
+#include "program/host_module.hpp"
+
+namespace rig::backends {
+namespace {
+
+// Host allocations are cache-line aligned, which host code may rely on for vector loads.
+constexpr std::size_t host_alignment_bytes = 64;
+
+// Owner: the host DeviceCore. Threads: any; the worker runs the work. Lifetime: the process's.
+class HostDriver final : public detail::Driver {
+ public:
+  explicit HostDriver(detail::DeviceCore& device) : worker_(device, nullptr) {}
+
+  std::uint64_t allocate(std::size_t bytes) override {
+    const std::size_t rounded =
+        (bytes + host_alignment_bytes - 1) / host_alignment_bytes * host_alignment_bytes;
+    void* p = std::aligned_alloc(host_alignment_bytes, rounded == 0 ? host_alignment_bytes : rounded);
+    return reinterpret_cast<std::uint64_t>(p);
+  }
+  void release(std::uint64_t address, std::size_t) noexcept override {
+    std::free(reinterpret_cast<void*>(address));
+  }
+  std::byte* host_pointer(std::uint64_t address) const noexcept override {
+    return reinterpret_cast<std::byte*>(address);
+  }
+  bool reaches(const detail::DeviceCore& other) const override { return is_local_host(other); }
+  void enqueue(detail::Work work) override { worker_.push(std::move(work)); }
+  Result<std::unique_ptr<detail::Module>> load(const Program& program) override {
+    return program::load_host(program);
+  }
+  void stop() noexcept override { worker_.stop(); }
+
+ private:
+  Worker worker_;
+};
+
+std::uint64_t machine_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::uint64_t{1} << 30;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+}
+
+}  // namespace
+
+std::shared_ptr<detail::DeviceCore> make_host_device() {
+  auto d = std::make_shared<detail::DeviceCore>(
+      detail::DeviceInfo{Kind::cpu, "CPU", detail::host_isa_level(), machine_memory_bytes()});
+  d->attach(std::make_unique<HostDriver>(*d));
+  return d;
+}
+
+bool is_local_host(const detail::DeviceCore& d) noexcept {
+  return dynamic_cast<const HostDriver*>(&d.driver()) != nullptr;
+}
+
+}  // namespace rig::backends

@@ -1,0 +1,89 @@
+// Opening devices: the one place that knows every backend.
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "backends/host/host.hpp"
+#include "backends/sim/sim.hpp"
+#include "core/limits.hpp"
+#include "core/registry.hpp"
+#include "rig/sim.hpp"
+
+namespace rig {
+namespace {
+
+// The devices open(kind) hands out, so that later calls return the same ones. Owner: the process
+// (never destroyed). Threads: any, under mu.
+struct Opened {
+  std::mutex mu;
+  std::vector<Device> sims;
+  unsigned next_sim_index = 0;
+};
+
+Opened& opened() {
+  static Opened* const o = new Opened();
+  return *o;
+}
+
+unsigned sim_device_count() {
+  const char* env = std::getenv("RIG_SIM_DEVICES");
+  if (env == nullptr || *env == '\0') return detail::sim_devices_default;
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(env, &end, 10);
+  if (*end != '\0' || n > detail::sim_devices_max) {
+    throw std::invalid_argument("rig: RIG_SIM_DEVICES='" + std::string(env) +
+                                "' is not a count from 0 to " +
+                                std::to_string(detail::sim_devices_max));
+  }
+  return static_cast<unsigned>(n);
+}
+
+Device open_sim_locked(Opened& o, const sim::Options& options) {
+  auto core = backends::make_sim_device("SIM:" + std::to_string(o.next_sim_index), options);
+  ++o.next_sim_index;
+  detail::Registry::get().add(core);
+  return Device(core);
+}
+
+}  // namespace
+
+Device host() {
+  static const Device h = [] {
+    auto core = backends::make_host_device();
+    try {
+      detail::Registry::get().add(core);
+    } catch (const Lost&) {
+      // The process failed before its first use of the host: the host is lost with it.
+    }
+    return Device(core);
+  }();
+  return h;
+}
+
+std::vector<Device> open(Kind kind) {
+  detail::Registry::get().check_not_failed();
+  switch (kind) {
+    case Kind::cpu: return {host()};
+    case Kind::cuda: return {};  // the CUDA backend is not built yet: no devices
+    case Kind::sim: {
+      Opened& o = opened();
+      std::lock_guard lock(o.mu);
+      std::erase_if(o.sims, [](const Device& d) { return d.core()->closed(); });
+      if (o.sims.empty()) {
+        const unsigned n = sim_device_count();
+        for (unsigned i = 0; i < n; ++i) o.sims.push_back(open_sim_locked(o, sim::Options{}));
+      }
+      return o.sims;
+    }
+  }
+  throw std::invalid_argument("rig: open of an unknown device kind");
+}
+
+Device sim::open(const sim::Options& options) {
+  detail::Registry::get().check_not_failed();
+  Opened& o = opened();
+  std::lock_guard lock(o.mu);
+  return open_sim_locked(o, options);
+}
+
+}  // namespace rig

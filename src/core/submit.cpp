@@ -1,0 +1,204 @@
+// Submissions: validation, ordering by memory, and the hand-off to the device's driver.
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/device.hpp"
+#include "core/limits.hpp"
+#include "core/registry.hpp"
+#include "rig/rig.hpp"
+
+namespace rig {
+namespace {
+
+using detail::BufferCore;
+using detail::Dep;
+using detail::DeviceCore;
+
+[[noreturn]] void misuse(const std::string& what) { throw std::invalid_argument("rig: " + what); }
+
+std::string range_text(std::size_t offset, std::size_t bytes) {
+  return "[" + std::to_string(offset) + ", " + std::to_string(offset) + "+" +
+         std::to_string(bytes) + ")";
+}
+
+// One buffer a submission touches, and how.
+struct Use {
+  std::shared_ptr<BufferCore> buffer;
+  bool writes;
+};
+
+BufferCore& usable_buffer(const Buffer& b, const char* role, std::size_t part) {
+  if (!b) misuse("part " + std::to_string(part) + ": the " + role + " buffer is empty");
+  b.core()->check_usable();
+  return *b.core();
+}
+
+void check_range(const BufferCore& b, std::size_t offset, std::size_t bytes, const char* role,
+                 std::size_t part) {
+  if (offset > b.size() || bytes > b.size() - offset) {
+    misuse("part " + std::to_string(part) + ": " + role + " range " + range_text(offset, bytes) +
+           " is outside its buffer of " + std::to_string(b.size()) + " bytes on " +
+           b.handle().name());
+  }
+}
+
+void check_reach(const DeviceCore& d, const BufferCore& b, const char* role, std::size_t part) {
+  const DeviceCore& owner = *b.device();
+  if (&owner != &d && !d.driver().reaches(owner)) {
+    misuse("part " + std::to_string(part) + ": " + d.info().name + " does not reach the " + role +
+           " buffer on " + owner.info().name);
+  }
+  owner.check_usable();
+}
+
+detail::CopyWork validate_copy(const DeviceCore& d, const Copy& c, std::size_t part,
+                               std::vector<Use>& uses) {
+  BufferCore& dst = usable_buffer(c.dst, "destination", part);
+  BufferCore& src = usable_buffer(c.src, "source", part);
+  check_range(dst, c.dst_offset, c.bytes, "destination", part);
+  check_range(src, c.src_offset, c.bytes, "source", part);
+  check_reach(d, dst, "destination", part);
+  check_reach(d, src, "source", part);
+  uses.push_back({c.src.core(), false});
+  uses.push_back({c.dst.core(), true});
+  return {c.dst.core(), c.dst_offset, c.src.core(), c.src_offset, c.bytes};
+}
+
+detail::RunWork validate_run(DeviceCore& d, const Run& r, std::size_t part,
+                             std::vector<Use>& uses) {
+  const std::string where = "part " + std::to_string(part) + ": ";
+  if (!r.image) misuse(where + "the run's image is empty");
+  if (r.image.core()->device.core().get() != &d) {
+    misuse(where + "the image was loaded on " + r.image.device().name() + ", not on " +
+           d.info().name);
+  }
+  const void* entry = r.image.core()->module->find(r.entry);
+  if (entry == nullptr) misuse(where + "the program has no entry point '" + r.entry + "'");
+  for (int i = 0; i < 3; ++i) {
+    if (r.shape.grid[i] == 0 || r.shape.block[i] == 0) {
+      misuse(where + "the launch shape of '" + r.entry + "' has a zero dimension");
+    }
+  }
+  if (r.args.size() > detail::run_args_max) {
+    misuse(where + std::to_string(r.args.size()) + " arguments, more than the " +
+           std::to_string(detail::run_args_max) + " a run takes");
+  }
+  detail::RunWork w{r.image.core(), entry, r.shape, {}, {}};
+  w.words.reserve(r.args.size());
+  for (std::size_t i = 0; i < r.args.size(); ++i) {
+    if (const auto* word = std::get_if<std::uint64_t>(&r.args[i].value)) {
+      w.words.push_back(*word);
+      continue;
+    }
+    const auto& mem = std::get<Arg::Mem>(r.args[i].value);
+    const std::string role = "argument " + std::to_string(i);
+    BufferCore& b = usable_buffer(mem.buffer, role.c_str(), part);
+    if (mem.offset > b.size()) {
+      misuse(where + role + ": offset " + std::to_string(mem.offset) +
+             " is past the end of its buffer of " + std::to_string(b.size()) + " bytes");
+    }
+    check_reach(d, b, role.c_str(), part);
+    w.words.push_back(b.address() + mem.offset);
+    w.buffers.push_back(mem.buffer.core());
+    if (mem.access != Access::write) uses.push_back({mem.buffer.core(), false});
+    if (mem.access != Access::read) uses.push_back({mem.buffer.core(), true});
+  }
+  return w;
+}
+
+// Adds `dep` to `deps` unless it is on `self` (in order already) or already covered.
+void add_dep(std::vector<Dep>& deps, const DeviceCore& self, const Dep& dep) {
+  if (dep.device.get() == &self) return;
+  if (dep.device->timeline().reached() >= dep.value) return;
+  for (Dep& d : deps) {
+    if (d.device == dep.device) {
+      d.value = std::max(d.value, dep.value);
+      return;
+    }
+  }
+  deps.push_back(dep);
+}
+
+void set_read(std::vector<Dep>& reads, const Dep& dep) {
+  for (Dep& r : reads) {
+    if (r.device == dep.device) {
+      r.value = std::max(r.value, dep.value);
+      return;
+    }
+  }
+  reads.push_back(dep);
+}
+
+}  // namespace
+
+std::uint64_t submit(const Device& d, std::span<const Part> parts) {
+  if (!d) misuse("submit to an empty Device handle");
+  DeviceCore& dev = *d.core();
+  dev.check_usable();
+  if (parts.size() > detail::submission_parts_max) {
+    misuse("a submission of " + std::to_string(parts.size()) + " parts, more than " +
+           std::to_string(detail::submission_parts_max));
+  }
+
+  detail::Work work;
+  std::vector<Use> uses;
+  work.parts.reserve(parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (const auto* c = std::get_if<Copy>(&parts[i])) {
+      work.parts.emplace_back(validate_copy(dev, *c, i, uses));
+    } else {
+      work.parts.emplace_back(validate_run(dev, std::get<Run>(parts[i]), i, uses));
+    }
+  }
+
+  std::lock_guard lock(detail::Registry::get().submission_mutex());
+  // Checked again under the lock: a loss or close since the first check must not let work in.
+  dev.check_usable();
+  for (const Use& u : uses) {
+    auto& rec = u.buffer->uses;
+    if (rec.last_write) add_dep(work.deps, dev, *rec.last_write);
+    if (u.writes) {
+      for (const Dep& r : rec.reads) add_dep(work.deps, dev, r);
+    }
+  }
+  work.value = dev.next_value();
+  const Dep self{d.core(), work.value};
+  for (const Use& u : uses) {
+    auto& rec = u.buffer->uses;
+    if (u.writes) {
+      rec.last_write = self;
+      rec.reads.clear();
+    } else {
+      set_read(rec.reads, self);
+    }
+  }
+  const std::uint64_t value = work.value;
+  dev.driver().enqueue(std::move(work));
+  return value;
+}
+
+Fence copy(const Buffer& dst, std::size_t dst_offset, const Buffer& src, std::size_t src_offset,
+           std::size_t bytes) {
+  if (!dst || !src) misuse("copy with an empty Buffer handle");
+  const Device& to = dst.device();
+  const Device& from = src.device();
+  Device on;
+  if (reaches(to, from)) {
+    on = to;
+  } else if (reaches(from, to)) {
+    on = from;
+  } else {
+    misuse("copy from " + from.name() + " to " + to.name() +
+           ": neither device reaches the other; copy through a buffer both reach");
+  }
+  if (bytes == 0) {
+    // Nothing to move: done at once, but bounds and usability are still the caller's promise.
+    usable_buffer(dst, "destination", 0);
+    usable_buffer(src, "source", 0);
+    return Fence{on, on.reached()};
+  }
+  const Part part = Copy{dst, dst_offset, src, src_offset, bytes};
+  return Fence{on, submit(on, part)};
+}
+
+}  // namespace rig
