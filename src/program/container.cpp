@@ -64,7 +64,9 @@ bool valid_arch_char(char c) {
          c == '-' || c == '.';
 }
 
-Error bad(const std::string& why) { return Error("rig.program: " + why); }
+Error bad(const std::string& why) {
+  return Error("rig.program: " + why);
+}
 
 }  // namespace
 
@@ -118,7 +120,8 @@ Result<Program> Program::parse(std::vector<std::byte> bytes) {
     if (arch_len == arch_bytes_max) return bad(where + "arch name is not NUL-terminated");
     if (arch_len == 0) return bad(where + "empty arch name");
     for (std::size_t k = 0; k < arch_len; ++k) {
-      if (!valid_arch_char(arch[k])) return bad(where + "arch name has a byte that is not a name character");
+      if (!valid_arch_char(arch[k]))
+        return bad(where + "arch name has a byte that is not a name character");
     }
     for (std::size_t k = arch_len; k < arch_bytes_max; ++k) {
       if (arch[k] != '\0') return bad(where + "arch name padding is not zero");
@@ -167,8 +170,12 @@ Result<Program> Program::read(const std::string& path) {
   return r;
 }
 
-const std::vector<Target>& Program::targets() const { return s_->targets; }
-std::span<const std::byte> Program::bytes() const { return s_->bytes; }
+const std::vector<Target>& Program::targets() const {
+  return s_->targets;
+}
+std::span<const std::byte> Program::bytes() const {
+  return s_->bytes;
+}
 
 std::vector<std::byte> write_program(std::span<const TargetSpec> targets) {
   using namespace program;

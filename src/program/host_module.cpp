@@ -71,7 +71,8 @@ Result<std::unique_ptr<detail::Module>> load_host(const Program& program) {
   while (left > 0) {
     const ssize_t w = ::write(mem.fd, p, left);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return Error(std::string("rig.program: writing the memfd: ") + std::strerror(errno));
+    if (w <= 0)
+      return Error(std::string("rig.program: writing the memfd: ") + std::strerror(errno));
     p += w;
     left -= static_cast<std::size_t>(w);
   }
@@ -80,8 +81,8 @@ Result<std::unique_ptr<detail::Module>> load_host(const Program& program) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* e = dlerror();
-    return Error("rig.program: loading the " + target.arch + " host code failed: " +
-                 (e ? e : "unknown dlopen error"));
+    return Error("rig.program: loading the " + target.arch +
+                 " host code failed: " + (e ? e : "unknown dlopen error"));
   }
   auto module = std::make_unique<HostModule>(handle);
   const auto* abi = static_cast<const std::uint32_t*>(dlsym(handle, RIG_KERNEL_ABI_SYMBOL));
