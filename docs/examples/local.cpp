@@ -46,9 +46,11 @@ int main(int argc, char** argv) {
     const rig::Buffer dy = rig::Buffer::make(d, n * sizeof(float));
     rig::copy(dx, host_x);
     rig::copy(dy, host_y);
-    rig::submit(d, rig::Run{*image, "saxpy", rig::Shape::linear(1),
-                            {rig::Arg::word(n), rig::Arg::f32(a), rig::Arg::in(dx),
-                             rig::Arg::inout(dy)}});
+    rig::submit(
+        d, rig::Run{*image,
+                    "saxpy",
+                    rig::Shape::linear(1),
+                    {rig::Arg::word(n), rig::Arg::f32(a), rig::Arg::in(dx), rig::Arg::inout(dy)}});
     rig::copy(host_out, dy).wait();
 
     // The packed code may fuse the multiply and add (the x86-64-v3 level has FMA), so each

@@ -12,6 +12,7 @@
 #include "rig/program.hpp"
 #include "rig/rig.hpp"
 #include "rig/sim.hpp"
+#include "support/hold.hpp"
 #include "support/kernels.hpp"
 
 using namespace std::chrono_literals;
@@ -24,13 +25,6 @@ rig::Image load(const rig::Device& d) {
   return *image;
 }
 
-// A host flag that hold kernels spin on; released when the test ends so their workers finish.
-struct Flag {
-  std::unique_ptr<std::uint32_t> word = std::make_unique<std::uint32_t>(0);
-  ~Flag() { __atomic_store_n(word.get(), 1u, __ATOMIC_RELEASE); }
-  rig::Buffer buffer() const { return rig::Buffer::borrow(word.get(), 4); }
-};
-
 }  // namespace
 
 TEST_CASE("a lost device fails the work that depends on it, and only that work") {
@@ -38,7 +32,7 @@ TEST_CASE("a lost device fails the work that depends on it, and only that work")
   const rig::Device b = rig::sim::open({});
   const rig::Device c = rig::sim::open({});
   const rig::Image on_a = load(a);
-  Flag flag;
+  rig::test::HoldFlag flag;
   const rig::Buffer on_a_mem = rig::Buffer::make(a, 64);
   rig::submit(a, rig::Run{on_a, "hold", {}, {rig::Arg::in(flag.buffer())}});
   rig::submit(
@@ -71,7 +65,7 @@ TEST_CASE("a lost device fails the work that depends on it, and only that work")
 TEST_CASE("after rig::fail, waiters on three threads wake with Lost and the reason") {
   std::vector<rig::Device> sims;
   for (int i = 0; i < 3; ++i) sims.push_back(rig::sim::open({}));
-  Flag flag;
+  rig::test::HoldFlag flag;
   std::vector<std::uint64_t> pending;
   for (const auto& d : sims) {
     const rig::Image image = load(d);

@@ -10,6 +10,7 @@
 #include "rig/program.hpp"
 #include "rig/rig.hpp"
 #include "rig/sim.hpp"
+#include "support/hold.hpp"
 #include "support/kernels.hpp"
 
 using namespace std::chrono_literals;
@@ -32,16 +33,13 @@ rig::Run fill(const rig::Image& image, const rig::Buffer& b, std::uint64_t n, st
 // Keeps `d` busy until release() is called: a hold kernel spinning on a host flag.
 class Hold {
  public:
-  explicit Hold(const rig::Device& d, const rig::Image& image)
-      : flag_(std::make_unique<std::uint32_t>(0)) {
-    rig::submit(d,
-                rig::Run{image, "hold", {}, {rig::Arg::in(rig::Buffer::borrow(flag_.get(), 4))}});
+  Hold(const rig::Device& d, const rig::Image& image) {
+    rig::submit(d, rig::Run{image, "hold", {}, {rig::Arg::in(flag_.buffer())}});
   }
-  ~Hold() { release(); }
-  void release() { __atomic_store_n(flag_.get(), 1u, __ATOMIC_RELEASE); }
+  void release() { flag_.release(); }
 
  private:
-  std::unique_ptr<std::uint32_t> flag_;
+  rig::test::HoldFlag flag_;
 };
 
 TEST_CASE("a read on one device waits for a write on another, without blocking the caller") {
