@@ -24,6 +24,15 @@ class BodyWriter {
                                   std::to_string(max));
     w_.string(v);
   }
+  void field(std::string_view name, const std::vector<std::string>& v, std::size_t count_max,
+             std::size_t bytes_max) {
+    if (v.size() > count_max)
+      throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
+                                  " of " + std::to_string(v.size()) + " entries over the maximum " +
+                                  std::to_string(count_max));
+    w_.u32(static_cast<std::uint32_t>(v.size()));
+    for (const std::string& e : v) field(name, e, bytes_max);
+  }
 
  private:
   std::string_view message_;
@@ -38,6 +47,18 @@ class BodyReader {
   void field(std::string_view name, std::uint32_t& v) { v = r_.u32(name); }
   void field(std::string_view name, std::uint64_t& v) { v = r_.u64(name); }
   void field(std::string_view name, std::string& v, std::size_t max) { v = r_.string(name, max); }
+  void field(std::string_view name, std::vector<std::string>& v, std::size_t count_max,
+             std::size_t bytes_max) {
+    const std::uint32_t count = r_.u32(name);
+    if (!r_.ok()) return;
+    if (count > count_max) {
+      r_.fail(std::string(name) + " count " + std::to_string(count) + " over the maximum " +
+              std::to_string(count_max));
+      return;
+    }
+    v.clear();
+    for (std::uint32_t i = 0; i < count && r_.ok(); ++i) v.push_back(r_.string(name, bytes_max));
+  }
 
  private:
   Reader& r_;

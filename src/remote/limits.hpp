@@ -37,6 +37,9 @@ inline constexpr std::size_t nonce_bytes = 32;
 inline constexpr std::size_t instance_id_bytes = 16;
 inline constexpr std::size_t job_id_bytes = 16;
 inline constexpr std::size_t mac_bytes = 32;
+// Agents in one job: a bound on what a JOIN may make an agent dial and allocate.
+inline constexpr std::size_t agents_max = 1024;
+
 // A connection that has not proven the key by then is dropped (the reactor's deadline).
 inline constexpr std::uint64_t handshake_timeout_ms = 10'000;
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "remote/limits.hpp"
 
@@ -62,7 +63,65 @@ struct Closed {
   friend bool operator==(const Closed&, const Closed&) = default;
 };
 
-using Message = std::variant<Heartbeat, Abort, Close, Closed>;
+// Controller to agent, once every agent has proven the key: who is in the job, so that the agents
+// connect to each other. `names` and `addresses` ("HOST:PORT") list every agent in the job's order;
+// `you` is the receiver's own name among them. An agent dials those after it in the order and
+// accepts those before it.
+struct Join {
+  static constexpr std::uint8_t type = 0x10;
+  static constexpr std::string_view name = "JOIN";
+  std::string you;
+  std::vector<std::string> names;
+  std::vector<std::string> addresses;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("you", m.you, name_bytes_max);
+    f.field("names", m.names, agents_max, name_bytes_max);
+    f.field("addresses", m.addresses, agents_max, name_bytes_max);
+  }
+  friend bool operator==(const Join&, const Join&) = default;
+};
+
+// Agent to controller: connected to every other agent of the job; its host's arch and memory.
+struct Ready {
+  static constexpr std::uint8_t type = 0x11;
+  static constexpr std::string_view name = "READY";
+  std::string host_arch;
+  std::uint64_t host_budget = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("host_arch", m.host_arch, name_bytes_max);
+    f.field("host_budget", m.host_budget);
+  }
+  friend bool operator==(const Ready&, const Ready&) = default;
+};
+
+// Controller to agent: an empty submission to the agent's host, reached once the agent has applied
+// every message before it. The agent answers REACHED with the same value.
+struct Mark {
+  static constexpr std::uint8_t type = 0x12;
+  static constexpr std::string_view name = "MARK";
+  std::uint64_t value = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("value", m.value);
+  }
+  friend bool operator==(const Mark&, const Mark&) = default;
+};
+
+// Agent to controller: the host's timeline has reached `value`.
+struct Reached {
+  static constexpr std::uint8_t type = 0x13;
+  static constexpr std::string_view name = "REACHED";
+  std::uint64_t value = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("value", m.value);
+  }
+  friend bool operator==(const Reached&, const Reached&) = default;
+};
+
+using Message = std::variant<Heartbeat, Abort, Close, Closed, Join, Ready, Mark, Reached>;
 
 namespace detail {
 
