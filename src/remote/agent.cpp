@@ -21,15 +21,19 @@ namespace rig::remote {
 
 // Owner: the Agent handle. Threads: the caller's.
 struct AgentState {
+  AgentState(Key k, int f, int p, std::string w)
+      : key(std::move(k)), fd(f), port(p), where(std::move(w)) {}
+  ~AgentState() {
+    if (fd >= 0) ::close(fd);
+  }
+  AgentState(const AgentState&) = delete;
+  AgentState& operator=(const AgentState&) = delete;
+
   Key key;
   int fd = -1;  // the listening socket, until serve ends
   int port = 0;
   bool served = false;
   std::string where;  // "HOST:PORT" as given, for errors
-
-  ~AgentState() {
-    if (fd >= 0) ::close(fd);
-  }
 };
 
 Agent::Agent(std::unique_ptr<AgentState> s) : s_(std::move(s)) {}
@@ -74,12 +78,12 @@ Result<Agent> listen(const Key& key, const std::string& host, int port) {
   } else if (bound.ss_family == AF_INET6) {
     actual = ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
   }
-  auto s = std::make_unique<AgentState>(AgentState{key, fd, actual, false, where});
+  auto s = std::make_unique<AgentState>(key, fd, actual, where);
   return Agent(std::move(s));
 }
 
 Agent adopt_listener(const Key& key, int fd, int port, std::string where) {
-  return Agent(std::make_unique<AgentState>(AgentState{key, fd, port, false, std::move(where)}));
+  return Agent(std::make_unique<AgentState>(key, fd, port, std::move(where)));
 }
 
 int listener_fd(const Agent& agent) { return agent.state().fd; }

@@ -146,7 +146,9 @@ void Connection::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
         c->close_handle();
         return;
       case State::open:
-        c->fail(c->peer_name_ + (eof ? ": closed its connection"
+        // A reset is the peer's close too (with our bytes unread, or by its process's death).
+        c->fail(c->peer_name_ + (eof || n == UV_ECONNRESET
+                                     ? ": closed its connection"
                                      : ": connection failed: " + uv_text(static_cast<int>(n))));
         return;
       case State::ending:
@@ -185,6 +187,12 @@ void Connection::handshake_bytes(std::span<const std::uint8_t> bytes) {
   }
   if (hs.state() != Handshake::State::proven) return;
   state_ = State::open;
+  if (end_when_proven_) {
+    // The job ended while this connection was proving the key: the peer is in the job now, so it
+    // hears how the job ended.
+    end(final_when_proven_);
+    return;
+  }
   owner_.on_proven(*this);
   if (state_ != State::open) return;
   if (used < bytes.size()) {
@@ -362,6 +370,11 @@ void Connection::end(const std::optional<Message>& final_message) {
   if (state_ == State::ending || state_ == State::closing || state_ == State::closed) return;
   if (state_ == State::connecting) {
     close_handle();
+    return;
+  }
+  if (state_ == State::handshaking && final_message) {
+    end_when_proven_ = true;
+    final_when_proven_ = final_message;
     return;
   }
   const bool was_open = state_ == State::open;

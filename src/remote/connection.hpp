@@ -138,6 +138,8 @@ class Connection {
   bool final_message_pending_ = false;
   bool peer_ended_ = false;
   bool shutdown_done_ = false;
+  bool end_when_proven_ = false;  // end() came during the handshake, with a final message
+  std::optional<Message> final_when_proven_;
   bool handle_open_ = false;
 };
 

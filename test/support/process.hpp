@@ -46,8 +46,8 @@ class Process {
     const int rc = posix_spawn(&pid_, argv[0].c_str(), &fa, nullptr, args.data(), env.data());
     posix_spawn_file_actions_destroy(&fa);
     for (int fd : keep_fds) fcntl(fd, F_SETFD, FD_CLOEXEC);
-    close(out[1]);
-    close(err[1]);
+    ::close(out[1]);
+    ::close(err[1]);
     out_ = out[0];
     err_ = err[0];
     if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
@@ -57,8 +57,8 @@ class Process {
       kill(pid_, SIGKILL);
       wait();
     }
-    close(out_);
-    close(err_);
+    ::close(out_);
+    ::close(err_);
   }
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;

@@ -8,6 +8,7 @@
 // error, 3 when the watchdog ends a shutdown that hangs.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,7 +61,8 @@ struct Options {
   std::string host;
   int port = -1;
   std::string kinds = "CPU,SIM";
-  int serve_fd = -1;  // internal: a child serving one job on the inherited socket
+  bool serve_child = false;  // internal: a child serving one job on the inherited socket
+  int serve_fd = -1;
   int timing_divisor = 1;  // test-only: scales the liveness times down
 };
 
@@ -89,7 +91,12 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--kinds") {
       o.kinds = value();
     } else if (arg == "--serve-fd") {
-      o.serve_fd = std::atoi(value().c_str());
+      o.serve_child = true;
+      char* end = nullptr;
+      const std::string v = value();
+      const long fd = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || fd < 0 || fd > 1'000'000) usage("bad --serve-fd " + v);
+      o.serve_fd = static_cast<int>(fd);
     } else if (arg == "--test-timing-divisor") {
       o.timing_divisor = std::atoi(value().c_str());
       if (o.timing_divisor < 1) usage("--test-timing-divisor must be at least 1");
@@ -136,7 +143,7 @@ int serve_one(const Options& o, const rig::remote::Key& key) {
     auto r = rig::remote::serve(agent, openers(o.kinds));
     return r ? 0 : exit_failure;
   } catch (const rig::remote::Break&) {
-    return exit_failure;
+    return 0;  // stopped by the daemon's signal; a job it ended has reported its failure
   }
 }
 
@@ -182,7 +189,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rigd: %s\n", key.error().c_str());
     return exit_usage;
   }
-  if (o.serve_fd >= 0) {
+  if (o.serve_child) {
+    // A job's process never forks further jobs, whatever else its arguments say.
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
@@ -215,6 +223,10 @@ int main(int argc, char** argv) {
 
   // The listening socket, handed to each child; the parent never accepts on it.
   const int listen_fd = dup(rig::remote::listener_fd(*agent));
+  if (listen_fd < 0) {
+    log(std::string("cannot keep the listening socket: ") + std::strerror(errno));
+    return exit_failure;
+  }
   std::string self = "/proc/self/exe";
   for (std::uint64_t job = 1; !stop_requested.load(); ++job) {
     int pipe_fds[2];
@@ -229,6 +241,9 @@ int main(int argc, char** argv) {
     }
     if (child == 0) {
       // The child runs rigd afresh on the inherited socket: no state of the parent survives.
+      // A job process never outlives its daemon: if rigd dies, the job is interrupted.
+      prctl(PR_SET_PDEATHSIG, SIGINT);
+      if (getppid() == 1) _exit(exit_failure);
       fcntl(listen_fd, F_SETFD, 0);
       fcntl(pipe_fds[1], F_SETFD, 0);
       setenv("RIG_REMOTE_REPORT", std::to_string(pipe_fds[1]).c_str(), 1);
@@ -259,6 +274,14 @@ int main(int argc, char** argv) {
       end = "process exited with status " + std::to_string(WEXITSTATUS(status));
     }
     log("job " + std::to_string(job) + ": " + end);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+      log("cannot run a job process (exec of " + self + " failed): stopping");
+      return exit_failure;
+    }
+    if (report.empty() && !stop_requested.load()) {
+      // A job process that died without a word: do not spin if it keeps doing so.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
   log("stopped by signal " + std::to_string(stop_signal.load()));
   return 0;
