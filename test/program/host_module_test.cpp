@@ -83,7 +83,8 @@ TEST_CASE("choose_host_target picks the highest level the processor runs") {
   CHECK(chosen(program_of(reversed)) == detail::host_isa_level());
 
   // The choice from a target's payload, not just its name.
-  auto t = program::choose_host_target(program_of(every));
+  const Program p = program_of(every);
+  auto t = program::choose_host_target(p);
   REQUIRE(t.ok());
   CHECK(rig::test::text_of({(*t)->payload.begin(), (*t)->payload.end()}) ==
         detail::host_isa_level());
