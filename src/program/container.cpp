@@ -14,6 +14,8 @@
 
 namespace rig {
 
+// The file's bytes and the targets that view them: written once by parse, then only read, by any
+// thread, through every copy of the Program.
 struct Program::State {
   std::vector<std::byte> bytes;
   std::vector<Target> targets;

@@ -15,7 +15,9 @@
 
 namespace {
 
-[[noreturn]] void finding() { std::abort(); }
+[[noreturn]] void finding() {
+  std::abort();
+}
 
 void check(const std::vector<std::byte>& bytes) {
   auto r = rig::Program::parse(bytes);
@@ -30,8 +32,8 @@ void check(const std::vector<std::byte>& bytes) {
     finding();
   }
   if (p.targets().empty() || p.targets().size() > rig::program::targets_max) finding();
-  const std::byte* next = begin + rig::program::header_bytes +
-                          p.targets().size() * rig::program::target_record_bytes;
+  const std::byte* next =
+      begin + rig::program::header_bytes + p.targets().size() * rig::program::target_record_bytes;
   std::vector<rig::TargetSpec> specs;
   for (const rig::Target& t : p.targets()) {
     if (t.payload.empty() || t.payload.data() < next || t.payload.data() > end ||

@@ -44,6 +44,7 @@ std::vector<std::string> default_levels() {
 
 // Runs `rig ARGS...` with TMPDIR pointing into `scratch` (so the test sees every temporary file
 // rig makes) and without RIG_INCLUDE, so rig finds its own headers unless a test says otherwise.
+// Owner and thread: one test case. Lifetime: its scope; the scratch directory goes with it.
 struct Cli {
   ScratchDir scratch;
   std::string tmpdir = scratch / "tmp";

@@ -92,7 +92,8 @@ inline std::string parse_error(std::vector<std::byte> bytes) {
   return r ? std::string("ok") : r.error();
 }
 
-// A directory of the test's own, removed with its contents at the end.
+// A directory of the test's own, removed with its contents at the end. Owner and thread: the test
+// case that made it. Lifetime: the test case's scope.
 class ScratchDir {
  public:
   ScratchDir() {

@@ -32,7 +32,8 @@ Result<Unit> write_file_atomically(const std::string& path, std::span<const std:
     ::unlink(temp.c_str());
     return Error(path + ": " + what + ": " + reason);
   };
-  // mkostemp makes the file 0600; give it the mode a plain creat would.
+  // mkostemp makes the file 0600; give it the mode a plain creat would. Reading the umask means
+  // setting it for a moment, which is safe here: the CLI runs one thread.
   const mode_t mask = ::umask(0);
   ::umask(mask);
   if (::fchmod(f.get(), 0666 & ~mask) != 0) return fail("cannot set the mode of " + temp);

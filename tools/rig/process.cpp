@@ -32,7 +32,13 @@ TempDir::~TempDir() {
 
 Interrupts::Interrupts() {
   sigemptyset(&held_);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&held_, sig);
+  sigaddset(&held_, SIGCHLD);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    // A signal the user set to be ignored (nohup's SIGHUP) stays ignored: Linux would queue it
+    // while blocked, and sigwaitinfo would then take it as a request to stop.
+    struct sigaction now {};
+    if (sigaction(sig, nullptr, &now) == 0 && now.sa_handler != SIG_IGN) sigaddset(&held_, sig);
+  }
   pthread_sigmask(SIG_BLOCK, &held_, &previous_);
   // Children must be reapable: an inherited SIG_IGN for SIGCHLD would make the kernel reap them
   // and waitpid fail.
@@ -67,7 +73,8 @@ std::string JobEnd::describe() const {
 
 namespace {
 
-// Owner: start(). Lifetime: one posix_spawnp call.
+// The attributes and file actions of one posix_spawnp call. Owner: run_jobs. Thread: its.
+// Lifetime: the call.
 class SpawnSetup {
  public:
   explicit SpawnSetup(const Job& job) {

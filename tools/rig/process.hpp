@@ -33,11 +33,12 @@ class TempDir {
   std::string path_;
 };
 
-// Holds back SIGINT, SIGTERM and SIGHUP while a command runs children, so that run_jobs can see
-// them (sigwaitinfo), stop the children and return, and every clean-up on the way out runs. When
-// the object goes, the signal mask is restored and a signal that was taken is raised again, so the
-// process still ends the way the user asked. Owner: the command. Thread: the main thread, with no
-// other thread running. Lifetime: a scope that encloses every TempDir of the command.
+// Holds back SIGINT, SIGTERM and SIGHUP (those not set to be ignored) while a command runs
+// children, so that run_jobs can see them (sigwaitinfo), stop the children and return, and every
+// clean-up on the way out runs. When the object goes, the signal mask is restored and a signal that
+// was taken is raised again, so the process still ends the way the user asked. Owner: the command.
+// Thread: the main thread, with no other thread running. Lifetime: a scope that encloses every
+// TempDir of the command.
 class Interrupts {
  public:
   Interrupts();
