@@ -288,9 +288,9 @@ TEST_CASE("rig pack's runtime failures exit 1 and name the cause") {
   CHECK(rig.leftovers() == 0);
 }
 
-TEST_CASE("Ctrl-C while compiling stops the compilers, cleans up, and ends rig by the signal") {
-  Cli rig;
-  // A "compiler" that says it has started, then takes its time.
+// Starts `rig pack` with a fake compiler that says it has started, then takes its time; returns
+// once it has started.
+pid_t start_slow_pack(Cli& rig) {
   const std::string marker = rig.scratch / "started";
   const std::string slow =
       rig.write("slow-cc", "#!/bin/sh\ntouch \"$RIG_TEST_MARKER\"\nexec sleep 60\n");
@@ -298,21 +298,47 @@ TEST_CASE("Ctrl-C while compiling stops the compilers, cleans up, and ends rig b
   const pid_t pid =
       rig::test::start({rig_exe(), "pack", "-o", rig.scratch / "x.rig", "--cc", slow, saxpy_c()},
                        {"TMPDIR=" + rig.tmpdir, "RIG_TEST_MARKER=" + marker}, rig.scratch);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!std::filesystem::exists(marker) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   REQUIRE(std::filesystem::exists(marker));
   CHECK(rig.leftovers() == 1);  // rig's temporary directory, while it compiles
+  return pid;
+}
+
+TEST_CASE("Ctrl-C while compiling stops the compilers, cleans up, and ends rig by the signal") {
+  Cli rig;
+  const pid_t pid = start_slow_pack(rig);
   const auto sent = std::chrono::steady_clock::now();
   ::kill(pid, SIGINT);
   const Outcome o = rig::test::finish(pid, rig.scratch);
   // Well before the fake compiler's 60 s: rig stopped it rather than waiting.
-  CHECK(std::chrono::steady_clock::now() - sent < std::chrono::seconds(20));
+  CHECK(std::chrono::steady_clock::now() - sent < std::chrono::seconds(30));
   CHECK(o.signal() == SIGINT);
   CHECK(o.err == "rig pack: " + saxpy_c() + ": interrupted by signal 2\n");
   CHECK(rig.leftovers() == 0);
   CHECK(!std::filesystem::exists(rig.scratch / "x.rig"));
+}
+
+TEST_CASE("a signal the user ignores (nohup's SIGHUP) does not stop rig pack") {
+  Cli rig;
+  // rig inherits the ignored SIGHUP, as under nohup.
+  struct sigaction ignore {
+  }, before{};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGHUP, &ignore, &before);
+  const pid_t pid = start_slow_pack(rig);
+  sigaction(SIGHUP, &before, nullptr);
+  // Had rig held SIGHUP, it would end by it: SIGHUP is sent first, and of two pending signals
+  // sigwaitinfo takes the lower number, SIGHUP's, too.
+  ::kill(pid, SIGHUP);
+  ::kill(pid, SIGTERM);
+  const Outcome o = rig::test::finish(pid, rig.scratch);
+  CHECK(o.signal() == SIGTERM);
+  CHECK(o.err == "rig pack: " + saxpy_c() + ": interrupted by signal 15\n");
+  CHECK(rig.leftovers() == 0);
 }
 
 TEST_CASE("the rig command: usage, help and unknown commands") {
