@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rig/result.hpp"
@@ -21,18 +22,24 @@ enum class TargetFormat : std::uint32_t {
   cuda_ptx = 3,    // PTX for JIT compilation, arch the lowest SM it targets
 };
 
+// The format's name as `rig pack --list` and error messages print it ("host_elf"), or "unknown".
+std::string_view format_name(TargetFormat format) noexcept;
+
+// One target of a parsed program. The payload points into the Program's bytes, so it is valid as
+// long as any copy of that Program is.
 struct Target {
   TargetFormat format;
   std::string arch;
-  std::span<const std::byte> payload;  // into the program's bytes
+  std::span<const std::byte> payload;
 };
 
-// A parsed rig.program, immutable and cheap to copy.
+// A parsed rig.program. Owner: whoever holds a copy; copies share one immutable state, so a copy is
+// cheap and any thread may read it. Lifetime: the bytes live as long as the last copy.
 class Program {
  public:
   // Checks every field and the checksum; Error names what is wrong and where.
   static Result<Program> parse(std::vector<std::byte> bytes);
-  // Reads and parses `path`; Error names the file.
+  // Reads and parses `path`; Error names the file. Files larger than 4 GiB are refused unread.
   static Result<Program> read(const std::string& path);
 
   const std::vector<Target>& targets() const;

@@ -1,0 +1,30 @@
+// The rig CLI's subcommands. Each is a function over its own argv: args[0] is the subcommand's
+// name ("pack") and the rest are its arguments, exactly as the user typed them. A subcommand
+// prints its own errors and returns the process's exit status.
+//
+// To add one: declare its function below, define it in its own file in tools/rig/, add that file
+// to tools/meson.build and add a row to the table in main.cpp.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+namespace rig::cli {
+
+// Exit statuses every subcommand uses (rigd uses the same, plus 3 for fail-stop).
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_failure = 1;  // the command was understood but did not succeed
+inline constexpr int exit_usage = 2;    // the command line was wrong; nothing was done
+
+using CommandFn = int (*)(std::span<char*> args);
+
+struct Command {
+  std::string_view name;
+  std::string_view help;  // one line, for `rig help`
+  CommandFn run;
+};
+
+}  // namespace rig::cli
+
+// rig pack: builds a rig.program from a source file, or lists one's targets (pack.cpp).
+int cmd_pack(std::span<char*> args);

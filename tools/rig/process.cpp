@@ -1,0 +1,183 @@
+#include "process.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+extern char** environ;
+
+namespace rig::cli {
+
+Result<TempDir> TempDir::make(std::string_view prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string parent = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+  std::string templ = parent + "/" + std::string(prefix) + "-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) {
+    return Error("cannot make a temporary directory in " + parent + ": " + std::strerror(errno));
+  }
+  return TempDir(std::move(templ));
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  std::error_code ignored;  // nothing useful to do about a failure on the way out
+  std::filesystem::remove_all(path_, ignored);
+}
+
+Interrupts::Interrupts() {
+  sigemptyset(&held_);
+  sigaddset(&held_, SIGCHLD);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    // A signal the user set to be ignored (nohup's SIGHUP) stays ignored: Linux would queue it
+    // while blocked, and sigwaitinfo would then take it as a request to stop.
+    struct sigaction now {};
+    if (sigaction(sig, nullptr, &now) == 0 && now.sa_handler != SIG_IGN) sigaddset(&held_, sig);
+  }
+  pthread_sigmask(SIG_BLOCK, &held_, &previous_);
+  // Children must be reapable: an inherited SIG_IGN for SIGCHLD would make the kernel reap them
+  // and waitpid fail.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGCHLD, &dfl, &previous_chld_);
+}
+
+Interrupts::~Interrupts() {
+  sigaction(SIGCHLD, &previous_chld_, nullptr);
+  if (taken_ != 0) {
+    // Once unblocked, the re-raised signal ends the process with its usual status (130 for
+    // Ctrl-C in a shell); if the user's disposition ignores it, the command returns as usual.
+    ::raise(taken_);
+  }
+  pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+}
+
+bool JobEnd::succeeded() const {
+  return started && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+}
+
+std::string JobEnd::describe() const {
+  if (!started) return start_error;
+  if (WIFEXITED(wait_status))
+    return "exited with status " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status))
+    return "was killed by signal " + std::to_string(WTERMSIG(wait_status));
+  return "ended with wait status " + std::to_string(wait_status);
+}
+
+namespace {
+
+// The attributes and file actions of one posix_spawnp call. Owner: run_jobs. Thread: its.
+// Lifetime: the call.
+class SpawnSetup {
+ public:
+  explicit SpawnSetup(const Job& job) {
+    posix_spawn_file_actions_init(&actions_);
+    posix_spawnattr_init(&attr_);
+    posix_spawn_file_actions_addopen(&actions_, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions_, STDOUT_FILENO, job.log_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&actions_, STDOUT_FILENO, STDERR_FILENO);
+    // The child starts with nothing blocked: our held signals are ours, not the compiler's.
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr_, &none);
+    // A process group of its own, so that stopping a job stops everything it started (a compiler
+    // driver's cc1 and ld, a wrapper script's children).
+    posix_spawnattr_setpgroup(&attr_, 0);
+    posix_spawnattr_setflags(&attr_, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+    for (const std::string& a : job.argv) argv_.push_back(const_cast<char*>(a.c_str()));
+    argv_.push_back(nullptr);
+  }
+  ~SpawnSetup() {
+    posix_spawnattr_destroy(&attr_);
+    posix_spawn_file_actions_destroy(&actions_);
+  }
+  SpawnSetup(const SpawnSetup&) = delete;
+  SpawnSetup& operator=(const SpawnSetup&) = delete;
+
+  int spawn(pid_t* pid) {
+    return posix_spawnp(pid, argv_[0], &actions_, &attr_, argv_.data(), environ);
+  }
+
+ private:
+  posix_spawn_file_actions_t actions_;
+  posix_spawnattr_t attr_;
+  std::vector<char*> argv_;
+};
+
+struct Running {
+  pid_t pid;
+  std::size_t job;
+};
+
+}  // namespace
+
+std::vector<JobEnd> run_jobs(const std::vector<Job>& jobs, std::size_t parallel_max,
+                             Interrupts& interrupts) {
+  if (parallel_max == 0) parallel_max = 1;
+  std::vector<JobEnd> ends(jobs.size());
+  std::vector<Running> running;
+  std::size_t next = 0;
+  bool failed = false;
+  for (;;) {
+    while (!failed && running.size() < parallel_max && next < jobs.size()) {
+      const std::size_t i = next++;
+      if (jobs[i].argv.empty()) {
+        ends[i].start_error = "an empty command";
+        failed = true;
+        break;
+      }
+      pid_t pid = 0;
+      const int e = SpawnSetup(jobs[i]).spawn(&pid);
+      if (e != 0) {
+        ends[i].start_error = "cannot run '" + jobs[i].argv[0] + "': " + std::strerror(e);
+        failed = true;
+        break;
+      }
+      ends[i].started = true;
+      running.push_back({pid, i});
+    }
+    if (running.empty()) break;
+
+    siginfo_t info;
+    const int sig = sigwaitinfo(&interrupts.held(), &info);
+    if (sig < 0) continue;  // EINTR from a signal we do not hold; look again
+    if (sig != SIGCHLD) {
+      interrupts.take(sig);
+      for (const Running& r : running) ::kill(-r.pid, SIGTERM);
+      for (const Running& r : running) {
+        while (::waitpid(r.pid, &ends[r.job].wait_status, 0) < 0 && errno == EINTR) {
+        }
+      }
+      break;
+    }
+    // One SIGCHLD may stand for several exits; look at every child.
+    for (std::size_t k = 0; k < running.size();) {
+      int status = 0;
+      const pid_t got = ::waitpid(running[k].pid, &status, WNOHANG);
+      if (got == running[k].pid || (got < 0 && errno != EINTR)) {
+        JobEnd& end = ends[running[k].job];
+        if (got < 0) {
+          end.started = false;  // cannot happen with SIGCHLD at its default; never spin on it
+          end.start_error = std::string("waiting for it failed: ") + std::strerror(errno);
+        } else {
+          end.wait_status = status;
+        }
+        if (!end.succeeded()) failed = true;
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+      } else {
+        ++k;
+      }
+    }
+  }
+  return ends;
+}
+
+}  // namespace rig::cli
