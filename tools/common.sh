@@ -1,0 +1,31 @@
+# Sourced by the scripts in tools/ (not run): where the tree is, and how a build folder is set up.
+# The README commands and CI configure through rig_configure so that every build folder is made
+# the same way.
+
+rig_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# rig_configure DIR MESON_OPTION...: makes DIR a meson build folder of this tree with these
+# options. Idempotent: an existing folder only has its options set (meson regenerates on the next
+# build if meson.build changed); one meson cannot read (an interrupted set-up, another meson
+# version) is wiped and set up again.
+rig_configure() {
+  local dir="$1"
+  shift
+  if [[ -f "$dir/build.ninja" ]] && meson configure "$dir" "$@" >/dev/null; then
+    return 0
+  fi
+  local wipe=()
+  [[ -f "$dir/meson-private/coredata.dat" ]] && wipe=(--wipe)
+  meson setup "${wipe[@]}" "$dir" "$rig_root" "$@" >"$dir.setup.log" 2>&1 || {
+    cat "$dir.setup.log" >&2
+    echo "meson setup of $dir failed (log above, also in $dir.setup.log)" >&2
+    return 1
+  }
+  rm -f "$dir.setup.log"
+}
+
+# Human-readable seconds: 75 -> 1m15s.
+rig_duration() {
+  local s="$1"
+  if ((s >= 60)); then printf '%dm%02ds' $((s / 60)) $((s % 60)); else printf '%ds' "$s"; fi
+}
