@@ -4,6 +4,11 @@
 
 rig_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
+# build/, shared by both README commands (so neither rebuilds after the other): -O2 -g with
+# assertions, warnings are errors, the test suite built.
+rig_build_options=(-Dwerror=true -Dbuildtype=debugoptimized -Db_sanitize=none -Dstatic_deps=false
+  -Dtests=true)
+
 # rig_configure DIR MESON_OPTION...: makes DIR a meson build folder of this tree with these
 # options. Idempotent: an existing folder only has its options set (meson regenerates on the next
 # build if meson.build changed); one meson cannot read (an interrupted set-up, another meson

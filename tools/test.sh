@@ -102,7 +102,7 @@ stage() {
 common=(-Dwerror=true -Dbuildtype=debugoptimized)
 case "$mode" in
   plain)
-    stage plain build "" 1 "${common[@]}" -Db_sanitize=none -Dstatic_deps=false -Dtests=true
+    stage plain build "" 1 "${rig_build_options[@]}"
     ;;
   sanitize)
     # halt_on_error turns the first report into a failure instead of a line in a passing log.
