@@ -24,7 +24,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 dest="$work/dest"
 
-meson install -C "$build" --no-rebuild --quiet --destdir "$dest" >"$work/install.log" 2>&1 ||
+meson install -C "$build" --quiet --destdir "$dest" >"$work/install.log" 2>&1 ||
   fail "meson install failed: $(cat "$work/install.log")"
 
 # The sysroot makes pkg-config put the scratch folder in front of the installed paths it prints.
