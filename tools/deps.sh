@@ -2,8 +2,9 @@
 # Installs the Debian packages rig needs to build and test, and nothing that is already there.
 #
 #   tools/deps.sh             install the missing required packages
-#   tools/deps.sh --optional  also clang, its sanitizer runtimes and clang-format (fuzz targets,
-#                             the format check); the build itself never needs them
+#   tools/deps.sh --format    also clang-format (tools/format.sh, the CI format check)
+#   tools/deps.sh --fuzz      also clang and its sanitizer runtimes (the libFuzzer targets)
+#   tools/deps.sh --optional  both; the build itself never needs either
 #   tools/deps.sh --check     install nothing: list what is missing, exit 1 if anything is
 #
 # Quiet when nothing is missing. Runs apt-get as root, through sudo otherwise. The package index
@@ -11,17 +12,21 @@
 set -euo pipefail
 
 required=(libuv1-dev libsodium-dev nlohmann-json3-dev doctest-dev meson ninja-build pkg-config g++)
-# Taken only where the distribution has them (libclang-rt-14-dev is split out on Debian 12 only).
-optional=(clang libclang-rt-14-dev clang-format)
+# Optional ones are taken only where the distribution has them (libclang-rt-14-dev is a package of
+# its own on Debian 12; elsewhere clang carries its runtimes).
+format=(clang-format)
+fuzz=(clang libclang-rt-14-dev)
 
-want_optional=0
+optional=()
 check_only=0
 for arg in "$@"; do
   case "$arg" in
-    --optional) want_optional=1 ;;
+    --format) optional+=("${format[@]}") ;;
+    --fuzz) optional+=("${fuzz[@]}") ;;
+    --optional) optional+=("${format[@]}" "${fuzz[@]}") ;;
     --check) check_only=1 ;;
     -h | --help)
-      sed -n '2,10s/^# \{0,1\}//p' "$0"
+      sed -n '2,12s/^# \{0,1\}//p' "$0"
       exit 0
       ;;
     *)
@@ -51,9 +56,9 @@ known() {
 missing_required=()
 for p in "${required[@]}"; do installed "$p" || missing_required+=("$p"); done
 missing_optional=()
-if ((want_optional)); then
-  for p in "${optional[@]}"; do installed "$p" || missing_optional+=("$p"); done
-fi
+for p in $(printf '%s\n' "${optional[@]}" | sort -u); do
+  installed "$p" || missing_optional+=("$p")
+done
 
 if ((check_only)); then
   if ((${#missing_required[@]} + ${#missing_optional[@]} == 0)); then

@@ -32,7 +32,7 @@ for candidate in clang-format clang-format-14; do
   fi
 done
 if [[ -z "$clang_format" ]]; then
-  echo "format.sh: no clang-format; tools/deps.sh --optional installs it" >&2
+  echo "format.sh: no clang-format; tools/deps.sh --format installs it" >&2
   exit 1
 fi
 
