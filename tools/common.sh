@@ -9,15 +9,16 @@ rig_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rig_build_options=(-Dwerror=true -Dbuildtype=debugoptimized -Db_sanitize=none -Dstatic_deps=false
   -Dtests=true)
 
-# rig_configure DIR MESON_OPTION...: makes DIR a meson build folder of this tree with these
-# options. Idempotent: an existing folder only has its options set (meson regenerates on the next
-# build if meson.build changed); one meson cannot read (an interrupted set-up, another meson
-# version) is wiped and set up again.
+# rig_configure DIR -DNAME=VALUE...: makes DIR a meson build folder of this tree with these
+# options. Idempotent: an existing folder whose options already match is left alone (meson
+# regenerates on the next build if meson.build changed), one whose options differ has them set,
+# and one meson cannot read (an interrupted set-up, another meson version) is set up again.
 rig_configure() {
   local dir="$1"
   shift
-  if [[ -f "$dir/build.ninja" ]] && meson configure "$dir" "$@" >/dev/null; then
-    return 0
+  if [[ -f "$dir/build.ninja" ]]; then
+    rig_options_match "$dir" "$@" && return 0
+    meson configure "$dir" "$@" >/dev/null && return 0
   fi
   local wipe=()
   [[ -f "$dir/meson-private/coredata.dat" ]] && wipe=(--wipe)
@@ -27,6 +28,25 @@ rig_configure() {
     return 1
   }
   rm -f "$dir.setup.log"
+}
+
+# rig_options_match DIR -DNAME=VALUE...: whether DIR's build options already have these values.
+rig_options_match() {
+  python3 - "$@" <<'PY'
+import json, sys
+folder, wanted = sys.argv[1], sys.argv[2:]
+try:
+    with open(folder + "/meson-info/intro-buildoptions.json") as f:
+        have = {o["name"]: o["value"] for o in json.load(f)}
+except (OSError, ValueError):
+    sys.exit(1)
+def text(v):
+    return str(v).lower() if isinstance(v, bool) else str(v)
+for option in wanted:
+    name, _, value = option[2:].partition("=")
+    if name not in have or text(have[name]) != value:
+        sys.exit(1)
+PY
 }
 
 # Human-readable seconds: 75 -> 1m15s.
