@@ -40,7 +40,9 @@ Agent::Agent(std::unique_ptr<AgentState> s) : s_(std::move(s)) {}
 Agent::Agent(Agent&&) noexcept = default;
 Agent& Agent::operator=(Agent&&) noexcept = default;
 Agent::~Agent() = default;
-int Agent::port() const { return s_->port; }
+int Agent::port() const {
+  return s_->port;
+}
 
 Result<Agent> listen(const Key& key, const std::string& host, int port) {
   if (port < 0 || port > 65535) {
@@ -86,7 +88,9 @@ Agent adopt_listener(const Key& key, int fd, int port, std::string where) {
   return Agent(std::make_unique<AgentState>(key, fd, port, std::move(where)));
 }
 
-int listener_fd(const Agent& agent) { return agent.state().fd; }
+int listener_fd(const Agent& agent) {
+  return agent.state().fd;
+}
 
 namespace {
 
@@ -206,8 +210,7 @@ class AgentJob final : public JobCore {
       return;
     }
     const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
-    fail("controller: malformed message: " + std::string(name) +
-         " is not one a controller sends");
+    fail("controller: malformed message: " + std::string(name) + " is not one a controller sends");
   }
 
   void on_join(const Join& join) {

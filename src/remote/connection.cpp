@@ -14,7 +14,9 @@ namespace {
 // What a read asks libuv for at a time.
 constexpr std::size_t read_chunk_bytes = 64 * 1024;
 
-std::string uv_text(int code) { return uv_strerror(code); }
+std::string uv_text(int code) {
+  return uv_strerror(code);
+}
 
 }  // namespace
 
@@ -139,10 +141,10 @@ void Connection::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
     switch (c->state_) {
       case State::handshaking:
         c->handshake_->end_of_input();
-        c->owner_.on_refused(*c, c->handshake_->done() && c->handshake_->state() ==
-                                                                Handshake::State::refused
-                                     ? c->handshake_->why()
-                                     : "closed the connection during the handshake");
+        c->owner_.on_refused(
+            *c, c->handshake_->done() && c->handshake_->state() == Handshake::State::refused
+                    ? c->handshake_->why()
+                    : "closed the connection during the handshake");
         c->close_handle();
         return;
       case State::open:
@@ -156,7 +158,8 @@ void Connection::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
         // bytes have left, which the shutdown's completion tells.
         if (!eof || c->shutdown_done_) c->close_handle();
         return;
-      default: return;
+      default:
+        return;
     }
   }
   c->liveness_.received(now);
@@ -246,8 +249,8 @@ void Connection::write_buffers(std::vector<std::uint8_t> owned,
   uv_buf_t bufs[2];
   unsigned count = 0;
   if (!owned.empty()) {
-    bufs[count++] = uv_buf_init(reinterpret_cast<char*>(owned.data()),
-                                static_cast<unsigned>(owned.size()));
+    bufs[count++] =
+        uv_buf_init(reinterpret_cast<char*>(owned.data()), static_cast<unsigned>(owned.size()));
   }
   if (!payload.empty()) {
     bufs[count++] = uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(payload.data())),
@@ -317,9 +320,14 @@ void Connection::broken(int code) {
       owner_.on_refused(*this, "connection failed: " + uv_text(code));
       close_handle();
       return;
-    case State::open: fail(peer_name_ + ": connection failed: " + uv_text(code)); return;
-    case State::ending: close_handle(); return;  // nothing more can be said on it
-    default: return;
+    case State::open:
+      fail(peer_name_ + ": connection failed: " + uv_text(code));
+      return;
+    case State::ending:
+      close_handle();
+      return;  // nothing more can be said on it
+    default:
+      return;
   }
 }
 
@@ -332,8 +340,8 @@ void Connection::tick(std::int64_t now) {
     case State::connecting:
     case State::handshaking:
       if (now - started_ms_ >= timing_.handshake_timeout_ms) {
-        owner_.on_refused(*this, "no proof of the key within " +
-                                     seconds_text(timing_.handshake_timeout_ms));
+        owner_.on_refused(
+            *this, "no proof of the key within " + seconds_text(timing_.handshake_timeout_ms));
         close_handle();
       }
       return;
@@ -342,8 +350,11 @@ void Connection::tick(std::int64_t now) {
       if (backlog < last_backlog_) liveness_.progress(now, backlog > 0 || writes_pending_ > 0);
       last_backlog_ = backlog;
       switch (liveness_.check(now)) {
-        case Liveness::Verdict::fine: return;
-        case Liveness::Verdict::send_heartbeat: send(Heartbeat{}); return;
+        case Liveness::Verdict::fine:
+          return;
+        case Liveness::Verdict::send_heartbeat:
+          send(Heartbeat{});
+          return;
         case Liveness::Verdict::silent:
           fail(peer_name_ + ": sent nothing for " + seconds_text(timing_.silence_timeout_ms));
           return;
@@ -354,8 +365,11 @@ void Connection::tick(std::int64_t now) {
       }
       return;
     }
-    case State::ending: drain_check(now); return;
-    default: return;
+    case State::ending:
+      drain_check(now);
+      return;
+    default:
+      return;
   }
 }
 
@@ -407,7 +421,9 @@ void Connection::drain_check(std::int64_t now) {
   }
 }
 
-void Connection::close_now() { close_handle(); }
+void Connection::close_now() {
+  close_handle();
+}
 
 void Connection::close_handle() {
   if (!handle_open_) return;

@@ -25,7 +25,9 @@ Timing next_timing;
 
 std::atomic<bool> break_flag{false};
 
-void on_sigint(int) { request_break(); }
+void on_sigint(int) {
+  request_break();
+}
 
 }  // namespace
 
@@ -75,10 +77,16 @@ Timing job_timing() {
   return next_timing;
 }
 
-bool break_requested() noexcept { return break_flag.load(std::memory_order_acquire); }
-void clear_break() noexcept { break_flag.store(false, std::memory_order_release); }
+bool break_requested() noexcept {
+  return break_flag.load(std::memory_order_acquire);
+}
+void clear_break() noexcept {
+  break_flag.store(false, std::memory_order_release);
+}
 
-void request_break() noexcept { break_flag.store(true, std::memory_order_release); }
+void request_break() noexcept {
+  break_flag.store(true, std::memory_order_release);
+}
 
 void catch_break(bool on) {
   struct sigaction sa {};

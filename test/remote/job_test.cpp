@@ -106,8 +106,8 @@ TEST_CASE("a job on two agents: hosts, round trips, close, and the daemons serve
     job->close();
     CHECK_FALSE(job->failed().has_value());
     job->close();  // twice is nothing
-    CHECK(a.job_end(round) == "rigd[" + std::to_string(a.p->pid()) + "]: job " +
-                                  std::to_string(round) + ": closed");
+    CHECK(a.job_end(round) ==
+          "rigd[" + std::to_string(a.p->pid()) + "]: job " + std::to_string(round) + ": closed");
     CHECK(b.job_end(round).value_or("").find("closed") != std::string::npos);
   }
 }
@@ -136,7 +136,8 @@ TEST_CASE("an agent that cannot be reached fails connect with its name") {
   }
   auto job = rig::remote::connect(load_key(key_file), {a.address(), {"127.0.0.1", port}});
   REQUIRE_FALSE(job.ok());
-  CHECK(job.error() == "127.0.0.1:" + std::to_string(port) + ": cannot connect: connection refused");
+  CHECK(job.error() ==
+        "127.0.0.1:" + std::to_string(port) + ": cannot connect: connection refused");
   // The agent that was reached learns that the job failed.
   const auto end = a.job_end(1);
   REQUIRE(end.has_value());
@@ -192,7 +193,8 @@ TEST_CASE("kill -9 of an agent: the controller fails within 1 s naming it; the d
 TEST_CASE("kill -9 of the controller: each agent's job ends within 1 s") {
   const std::string key_file = make_key_file("killc");
   Rigd a(key_file), b(key_file);
-  Process controller({env("RIG_TEST_CONTROLLER"), key_file, "--hold-ms", "60000", a.name(), b.name()});
+  Process controller(
+      {env("RIG_TEST_CONTROLLER"), key_file, "--hold-ms", "60000", a.name(), b.name()});
   REQUIRE(controller.line() == "started");
   const auto t0 = std::chrono::steady_clock::now();
   controller.signal(SIGKILL);

@@ -17,6 +17,7 @@ int keygen(std::span<char*> args) { return cmd_keygen(args.subspan(1)); }
 constexpr Command commands[] = {
     {"keygen", "write a new random job key to a file (mode 0600)", keygen},
     {"pack", "build a rig.program from a C or C++ source, or list one's targets", cmd_pack},
+    {"run", "start local agents and a controller program; report the job's outcome", cmd_run},
 };
 
 void usage(std::FILE* out) {
