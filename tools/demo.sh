@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # README command 1: install what is missing, build, run the main job.
 #
-# The main job is, for now, the demo controller of docs/examples/local.cpp: it drives this
-# machine's host and SIM devices and prints what it did. Arguments are passed on to it.
+# The main job: first the local example (docs/examples/local.cpp: saxpy on this machine's host and
+# SIM devices, every element checked), then a job across machines on this one: `rig run` starts two
+# rigd agents on loopback with a fresh key and the remote example controller
+# (docs/examples/remote.cpp), which makes round trips to each agent's host and closes the job.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$rig_root"
 
 build=build
 job="$build/docs/examples/rig-example-local"
+program="$build/docs/examples/saxpy.rig"
+remote="$build/docs/examples/rig-example-remote"
 
 tools/deps.sh
 rig_configure "$build" "${rig_build_options[@]}"
@@ -23,4 +27,8 @@ if [[ ! -x "$job" ]]; then
     "rig-example-local from docs/examples/local.cpp" >&2
   exit 1
 fi
-exec "$job" "$@"
+echo "== local devices: $job $program"
+"$job" "$program"
+echo
+echo "== a job on two local agents: rig run --local 2 -- $remote"
+exec "$build/tools/rig" run --local 2 -- "$remote"
