@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
         return rig::cli::exit_usage;
       }
       char help_flag[] = "--help";
-      char* sub[] = {args[2], help_flag};
+      char* sub[] = {help_flag};
       return c->run(std::span<char*>(sub));
     }
     usage(stdout);
@@ -66,5 +66,5 @@ int main(int argc, char** argv) {
     usage(stderr);
     return rig::cli::exit_usage;
   }
-  return c->run(args.subspan(1));
+  return c->run(args.subspan(2));
 }
