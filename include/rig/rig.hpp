@@ -176,7 +176,9 @@ struct Arg {
 
   static Arg word(std::uint64_t w) { return Arg{w}; }
   static Arg f32(float f);
-  static Arg in(Buffer b, std::size_t offset = 0) { return Arg{Mem{std::move(b), Access::read, offset}}; }
+  static Arg in(Buffer b, std::size_t offset = 0) {
+    return Arg{Mem{std::move(b), Access::read, offset}};
+  }
   static Arg out(Buffer b, std::size_t offset = 0) {
     return Arg{Mem{std::move(b), Access::write, offset}};
   }

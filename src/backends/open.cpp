@@ -63,8 +63,10 @@ Device host() {
 std::vector<Device> open(Kind kind) {
   detail::Registry::get().check_not_failed();
   switch (kind) {
-    case Kind::cpu: return {host()};
-    case Kind::cuda: return {};  // the CUDA backend is not built yet: no devices
+    case Kind::cpu:
+      return {host()};
+    case Kind::cuda:
+      return {};  // the CUDA backend is not built yet: no devices
     case Kind::sim: {
       Opened& o = opened();
       std::lock_guard lock(o.mu);

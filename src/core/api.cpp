@@ -24,9 +24,12 @@ detail::BufferCore& core_of(const Buffer& b) {
 
 std::string_view kind_name(Kind kind) noexcept {
   switch (kind) {
-    case Kind::cpu: return "CPU";
-    case Kind::sim: return "SIM";
-    case Kind::cuda: return "CUDA";
+    case Kind::cpu:
+      return "CPU";
+    case Kind::sim:
+      return "SIM";
+    case Kind::cuda:
+      return "CUDA";
   }
   return "?";
 }
@@ -38,10 +41,18 @@ std::optional<Kind> kind_from_name(std::string_view name) noexcept {
   return std::nullopt;
 }
 
-Kind Device::kind() const { return core_of(*this).info().kind; }
-const std::string& Device::name() const { return core_of(*this).info().name; }
-const std::string& Device::arch() const { return core_of(*this).info().arch; }
-std::uint64_t Device::budget() const { return core_of(*this).info().budget_bytes; }
+Kind Device::kind() const {
+  return core_of(*this).info().kind;
+}
+const std::string& Device::name() const {
+  return core_of(*this).info().name;
+}
+const std::string& Device::arch() const {
+  return core_of(*this).info().arch;
+}
+std::uint64_t Device::budget() const {
+  return core_of(*this).info().budget_bytes;
+}
 
 std::uint64_t Device::reached() const {
   const auto& c = core_of(*this);
@@ -73,7 +84,9 @@ void close(const Device& d) {
   d.core()->close();
 }
 
-void fail(std::string why) { detail::Registry::get().fail(why); }
+void fail(std::string why) {
+  detail::Registry::get().fail(why);
+}
 
 std::optional<std::string> failure(const Device& d) {
   const auto& t = core_of(d).timeline();
@@ -81,7 +94,9 @@ std::optional<std::string> failure(const Device& d) {
   return t.why();
 }
 
-std::optional<std::string> process_failure() { return detail::Registry::get().failure(); }
+std::optional<std::string> process_failure() {
+  return detail::Registry::get().failure();
+}
 
 Buffer Buffer::make(const Device& d, std::size_t bytes) {
   core_of(d).check_usable();
@@ -95,14 +110,17 @@ Buffer Buffer::borrow(void* data, std::size_t bytes) {
   }
   const Device h = host();
   h.core()->check_usable();
-  return Buffer(std::make_shared<detail::BufferCore>(h.core(), static_cast<std::byte*>(data), bytes));
+  return Buffer(
+      std::make_shared<detail::BufferCore>(h.core(), static_cast<std::byte*>(data), bytes));
 }
 
 const Device& Buffer::device() const {
   return core_of(*this).handle();
 }
 
-std::size_t Buffer::size() const { return core_of(*this).size(); }
+std::size_t Buffer::size() const {
+  return core_of(*this).size();
+}
 
 std::span<std::byte> Buffer::access() const {
   auto& b = core_of(*this);
@@ -127,6 +145,8 @@ const Device& Image::device() const {
   return core_->device;
 }
 
-Arg Arg::f32(float f) { return Arg{std::uint64_t{std::bit_cast<std::uint32_t>(f)}}; }
+Arg Arg::f32(float f) {
+  return Arg{std::uint64_t{std::bit_cast<std::uint32_t>(f)}};
+}
 
 }  // namespace rig

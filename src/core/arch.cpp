@@ -50,6 +50,8 @@ const std::vector<std::string>& host_isa_levels() {
   return levels;
 }
 
-const std::string& host_isa_level() { return host_isa_levels().front(); }
+const std::string& host_isa_level() {
+  return host_isa_levels().front();
+}
 
 }  // namespace rig::detail

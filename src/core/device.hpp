@@ -66,8 +66,8 @@ using WorkPart = std::variant<CopyWork, RunWork>;
 
 // One submission as a driver receives it.
 struct Work {
-  std::uint64_t value;      // publish this on the device's timeline once every part is done
-  std::vector<Dep> deps;    // wait for these (on other devices) before the first part
+  std::uint64_t value;    // publish this on the device's timeline once every part is done
+  std::vector<Dep> deps;  // wait for these (on other devices) before the first part
   std::vector<WorkPart> parts;
 };
 
@@ -152,8 +152,8 @@ class DeviceCore {
   std::atomic<std::uint64_t> submitted_{0};
   std::atomic<std::uint64_t> used_{0};
   std::atomic<bool> closed_{false};
-  std::mutex mem_mu_;                        // guards live_ and the close/free race
-  std::unordered_set<BufferCore*> live_;     // buffers holding memory of this device
+  std::mutex mem_mu_;                     // guards live_ and the close/free race
+  std::unordered_set<BufferCore*> live_;  // buffers holding memory of this device
 };
 
 // Memory on one device, and the record of the work that uses it (for ordering by memory).

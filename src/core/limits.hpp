@@ -6,8 +6,8 @@
 
 namespace rig::detail {
 
-// A waiter spins this long on a timeline word before it sleeps: waking a sleeping thread costs about
-// 80 us on the small VMs we run on, so a short spin catches fast work at a small cost in CPU.
+// A waiter spins this long on a timeline word before it sleeps: waking a sleeping thread costs
+// about 80 us on the small VMs we run on, so a short spin catches fast work at a small cost in CPU.
 inline constexpr std::uint64_t wait_spin_ns = 20'000;
 
 // Parts in one submission; a bound so that one call cannot make the runtime allocate without limit.

@@ -14,7 +14,9 @@ using detail::BufferCore;
 using detail::Dep;
 using detail::DeviceCore;
 
-[[noreturn]] void misuse(const std::string& what) { throw std::invalid_argument("rig: " + what); }
+[[noreturn]] void misuse(const std::string& what) {
+  throw std::invalid_argument("rig: " + what);
+}
 
 std::string range_text(std::size_t offset, std::size_t bytes) {
   return "[" + std::to_string(offset) + ", " + std::to_string(offset) + "+" +

@@ -36,9 +36,8 @@ inline void cpu_relax() noexcept {
 
 void Timeline::publish(std::uint64_t value) noexcept {
   std::uint64_t cur = word_.load(std::memory_order_relaxed);
-  while (cur < value &&
-         !word_.compare_exchange_weak(cur, value, std::memory_order_release,
-                                      std::memory_order_relaxed)) {
+  while (cur < value && !word_.compare_exchange_weak(cur, value, std::memory_order_release,
+                                                     std::memory_order_relaxed)) {
   }
   wake_all();
 }
@@ -52,8 +51,7 @@ void Timeline::wake_all() noexcept {
 
 void Timeline::wait(std::uint64_t value) const {
   if (reached() >= value && !lost()) return;
-  const auto spin_until =
-      std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_spin_ns);
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_spin_ns);
   for (unsigned i = 0;; ++i) {
     check();
     if (reached() >= value) return;

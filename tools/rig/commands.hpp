@@ -27,5 +27,8 @@ struct Command {
 
 }  // namespace rig::cli
 
+// rig keygen: writes a new random job key (keygen.cpp).
+#include "keygen.hpp"
+
 // rig pack: builds a rig.program from a source file, or lists one's targets (pack.cpp).
 int cmd_pack(std::span<char*> args);

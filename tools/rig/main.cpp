@@ -11,6 +11,7 @@ namespace {
 using rig::cli::Command;
 
 constexpr Command commands[] = {
+    {"keygen", "write a new random job key to a file (readable by this user only)", cmd_keygen},
     {"pack", "build a rig.program from a C or C++ source, or list one's targets", cmd_pack},
 };
 

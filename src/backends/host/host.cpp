@@ -22,7 +22,8 @@ class HostDriver final : public detail::Driver {
   std::uint64_t allocate(std::size_t bytes) override {
     const std::size_t rounded =
         (bytes + host_alignment_bytes - 1) / host_alignment_bytes * host_alignment_bytes;
-    void* p = std::aligned_alloc(host_alignment_bytes, rounded == 0 ? host_alignment_bytes : rounded);
+    void* p =
+        std::aligned_alloc(host_alignment_bytes, rounded == 0 ? host_alignment_bytes : rounded);
     return reinterpret_cast<std::uint64_t>(p);
   }
   void release(std::uint64_t address, std::size_t) noexcept override {

@@ -18,7 +18,8 @@ constexpr std::size_t sim_alignment_bytes = 256;  // as a GPU allocator would gi
 // Draws each operation's latency; used only on the device's worker thread.
 class Latency {
  public:
-  explicit Latency(const sim::Options& o) : rng_(o.seed), dist_(o.latency_min_ns, o.latency_max_ns) {}
+  explicit Latency(const sim::Options& o)
+      : rng_(o.seed), dist_(o.latency_min_ns, o.latency_max_ns) {}
   void operator()() {
     const std::uint64_t ns = dist_(rng_);
     if (ns != 0) std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
@@ -33,7 +34,8 @@ class Latency {
 class SimDriver final : public detail::Driver {
  public:
   SimDriver(detail::DeviceCore& device, const sim::Options& o)
-      : worker_(device, o.latency_max_ns == 0 ? Worker::PartHook{} : Worker::PartHook{Latency(o)}) {}
+      : worker_(device, o.latency_max_ns == 0 ? Worker::PartHook{} : Worker::PartHook{Latency(o)}) {
+  }
 
   std::uint64_t allocate(std::size_t bytes) override {
     const std::size_t rounded =

@@ -1,0 +1,350 @@
+// The agent's side of a job: listen, then serve one job on the caller's thread: accept and prove
+// connections, join the job's other agents, answer the controller, end in order or fail whole.
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "core/arch.hpp"
+#include "core/registry.hpp"
+#include "remote/agent.hpp"
+#include "remote/controller.hpp"
+#include "remote/job.hpp"
+#include "remote/report.hpp"
+#include "remote/runtime.hpp"
+#include "rig/remote.hpp"
+
+namespace rig::remote {
+
+// Owner: the Agent handle. Threads: the caller's.
+struct AgentState {
+  AgentState(Key k, int f, int p, std::string w)
+      : key(std::move(k)), fd(f), port(p), where(std::move(w)) {}
+  ~AgentState() {
+    if (fd >= 0) ::close(fd);
+  }
+  AgentState(const AgentState&) = delete;
+  AgentState& operator=(const AgentState&) = delete;
+
+  Key key;
+  int fd = -1;  // the listening socket, until serve ends
+  int port = 0;
+  bool served = false;
+  std::string where;  // "HOST:PORT" as given, for errors
+};
+
+Agent::Agent(std::unique_ptr<AgentState> s) : s_(std::move(s)) {}
+Agent::Agent(Agent&&) noexcept = default;
+Agent& Agent::operator=(Agent&&) noexcept = default;
+Agent::~Agent() = default;
+int Agent::port() const { return s_->port; }
+
+Result<Agent> listen(const Key& key, const std::string& host, int port) {
+  if (port < 0 || port > 65535) {
+    return Error("cannot listen at " + host + ":" + std::to_string(port) + ": port out of range");
+  }
+  const std::string where = host + ":" + std::to_string(port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(),
+                             &hints, &res);
+  if (rc != 0) return Error("cannot listen at " + where + ": " + gai_strerror(rc));
+  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    freeaddrinfo(res);
+    return Error("cannot listen at " + where + ": " + std::strerror(errno));
+  }
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+    const int e = errno;
+    ::close(fd);
+    freeaddrinfo(res);
+    return Error("cannot listen at " + where + ": " + std::strerror(e));
+  }
+  freeaddrinfo(res);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  int actual = 0;
+  if (bound.ss_family == AF_INET) {
+    actual = ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  } else if (bound.ss_family == AF_INET6) {
+    actual = ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  }
+  auto s = std::make_unique<AgentState>(key, fd, actual, where);
+  return Agent(std::move(s));
+}
+
+Agent adopt_listener(const Key& key, int fd, int port, std::string where) {
+  return Agent(std::make_unique<AgentState>(key, fd, port, std::move(where)));
+}
+
+int listener_fd(const Agent& agent) { return agent.state().fd; }
+
+namespace {
+
+// Owner: serve, on its stack. Threads: the loop thread, which is serve's caller. Lifetime: serve's.
+class AgentJob final : public JobCore {
+ public:
+  AgentJob(Reactor& reactor, const Timing& timing, const Key& key, int listen_fd)
+      : JobCore(reactor, timing, key, process_instance()) {
+    uv_tcp_init(reactor_.loop(), &listener_);
+    listener_.data = this;
+    listen_rc_ = uv_tcp_open(&listener_, listen_fd);
+    if (listen_rc_ == 0) {
+      listen_rc_ = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), SOMAXCONN, on_connection);
+    }
+    ticker_ = reactor_.add_ticker([this](std::int64_t now) { tick(now); });
+  }
+  ~AgentJob() override { reactor_.remove_ticker(ticker_); }
+
+  int listen_error() const { return listen_rc_; }
+  bool interrupted() const { return interrupted_; }
+  bool closed_in_order() const { return closed_in_order_; }
+
+  // Stops listening, and drops strangers still proving a key: they have nothing to do with a job
+  // that is ending.
+  void stop_listening() {
+    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&listener_))) {
+      uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
+    }
+    each_connection([](Connection& c) {
+      if (c.tag == stranger && (c.state() == Connection::State::handshaking ||
+                                c.state() == Connection::State::connecting)) {
+        c.close_now();
+      }
+    });
+  }
+
+  // Ends serve once nothing of the job is left open: the reactor's own handles close and run()
+  // returns.
+  void shut() {
+    if (shut_) return;
+    shut_ = true;
+    stop_listening();
+    reactor_.stop();
+  }
+
+ private:
+  static void on_connection(uv_stream_t* server, int status) {
+    auto* self = static_cast<AgentJob*>(server->data);
+    if (status != 0) return;  // a failed accept leaves the listener as it was; libuv retries
+    if (self->shut_) return;
+    Connection& c = self->add_connection("a connection");
+    c.tag = stranger;
+    const ListenerConfig config{self->instance_};
+    c.accept(server, Handshake::listener(self->key_, config));
+  }
+
+  std::optional<JobId> serving_job(Connection&) noexcept override { return job_; }
+
+  void on_proven(Connection& c) noexcept override {
+    const Peer& peer = c.peer();
+    if (peer.role == Role::controller) {
+      if (controller_ != nullptr || ended()) {
+        c.close_now();  // a second connection from the job's controller: nothing to say to it
+        return;
+      }
+      job_ = peer.job;
+      controller_ = &c;
+      my_name_ = peer.our_name;
+      c.set_peer_name("controller");
+      c.tag = controller_tag;
+      controller_since_ms_ = reactor_.now_ms();
+      return;
+    }
+    // Another agent of the job, dialed or accepted.
+    c.set_peer_name(peer.name);
+    c.tag = agent_tag;
+    ++links_proven_;
+    maybe_ready();
+  }
+
+  void on_refused(Connection& c, const std::string& why) noexcept override {
+    // One of our own dials to another agent of the job: the job cannot form.
+    if (c.tag == dial_tag) fail(c.peer_name() + ": " + why);
+    // A stranger (wrong key, another job, silence): dropped; the agent goes on serving.
+  }
+
+  void on_job_message(Connection& c, Message&& m) noexcept override {
+    if (c.tag == controller_tag) return from_controller(c, std::move(m));
+    if (std::holds_alternative<Close>(m)) {
+      // That agent is ending the job in order: its connection's end is no failure.
+      c.end(std::nullopt);
+      return;
+    }
+    const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
+    fail(c.peer_name() + ": malformed message: " + std::string(name) +
+         " is not one an agent sends to another");
+  }
+
+  void from_controller(Connection& c, Message&& m) {
+    if (auto* join = std::get_if<Join>(&m)) return on_join(*join);
+    if (auto* mark = std::get_if<Mark>(&m)) {
+      c.send(Reached{mark->value});
+      return;
+    }
+    if (std::holds_alternative<Close>(m)) {
+      // End in order: release the job, tell the controller, and stop listening.
+      closed_in_order_ = true;
+      mark_ended();
+      c.send(Closed{});
+      c.end(std::nullopt);
+      each_connection([](Connection& other) {
+        if (other.tag == agent_tag && other.state() == Connection::State::open) {
+          other.end(Close{});
+        }
+      });
+      stop_listening();
+      return;
+    }
+    const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
+    fail("controller: malformed message: " + std::string(name) +
+         " is not one a controller sends");
+  }
+
+  void on_join(const Join& join) {
+    if (joined_) return fail("controller: malformed message: JOIN twice");
+    if (join.names.size() != join.addresses.size()) {
+      return fail("controller: malformed message: JOIN: " + std::to_string(join.names.size()) +
+                  " names and " + std::to_string(join.addresses.size()) + " addresses");
+    }
+    std::size_t me = join.names.size();
+    for (std::size_t i = 0; i < join.names.size(); ++i) {
+      if (join.names[i] == join.you) me = i;
+    }
+    if (me == join.names.size()) {
+      return fail("controller: malformed message: JOIN: '" + join.you + "' is not among the names");
+    }
+    joined_ = true;
+    join_ms_ = reactor_.now_ms();
+    my_name_ = join.you;
+    links_expected_ = join.names.size() - 1;
+    for (std::size_t i = me + 1; i < join.names.size(); ++i) {
+      const std::string& addr = join.addresses[i];
+      const std::size_t colon = addr.rfind(':');
+      std::string host = colon == std::string::npos ? addr : addr.substr(0, colon);
+      if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+      }
+      const int port = colon == std::string::npos ? 0 : std::atoi(addr.c_str() + colon + 1);
+      // Numeric addresses resolve without a lookup; a name that needs DNS blocks the loop for
+      // that lookup, once, at the job's start.
+      auto resolved = resolve(host, port);
+      if (!resolved) return fail(join.names[i] + ": " + resolved.error());
+      Connection& c = add_connection(join.names[i]);
+      c.tag = dial_tag;
+      DialerConfig config{Role::agent, my_name_, *job_, join.names[i], instance_};
+      c.dial(reinterpret_cast<const sockaddr*>(&*resolved), Handshake::dialer(key_, config));
+    }
+    maybe_ready();
+  }
+
+  void maybe_ready() {
+    if (!joined_ || ready_sent_ || links_proven_ < links_expected_ || has_failed()) return;
+    ready_sent_ = true;
+    controller_->send(Ready{rig::detail::host_isa_level(), rig::host().budget()});
+  }
+
+  void tick(std::int64_t now) {
+    if (break_requested() && !interrupted_) {
+      interrupted_ = true;
+      if (job_ && !ended()) {
+        fail("interrupted");
+      } else {
+        mark_ended();
+        stop_listening();
+        if (finished()) shut();
+      }
+      return;
+    }
+    if (has_failed() || ended()) return;
+    if (controller_ && !joined_ && now - controller_since_ms_ >= timing_.handshake_timeout_ms) {
+      return fail("controller: sent no JOIN within " + seconds_text(timing_.handshake_timeout_ms));
+    }
+    if (joined_ && !ready_sent_ && now - join_ms_ >= timing_.handshake_timeout_ms) {
+      return fail(my_name_ + ": the job's other agents did not all connect within " +
+                  seconds_text(timing_.handshake_timeout_ms));
+    }
+  }
+
+  // Nothing new may join a failed job.
+  void on_job_failed(const std::string&) noexcept override { stop_listening(); }
+
+  void on_finished() noexcept override { shut(); }
+
+  static constexpr std::uint64_t stranger = 0, controller_tag = 1, agent_tag = 2, dial_tag = 3;
+
+  uv_tcp_t listener_{};
+  int listen_rc_ = 0;
+  std::uint64_t ticker_ = 0;
+  std::optional<JobId> job_;
+  Connection* controller_ = nullptr;
+  std::string my_name_;
+  std::int64_t controller_since_ms_ = 0;
+  std::int64_t join_ms_ = 0;
+  bool joined_ = false;
+  bool ready_sent_ = false;
+  std::size_t links_expected_ = 0;
+  std::size_t links_proven_ = 0;
+  bool closed_in_order_ = false;
+  bool interrupted_ = false;
+  bool shut_ = false;
+};
+
+}  // namespace
+
+Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& kinds) {
+  AgentState& s = a.state();
+  if (s.served) throw std::invalid_argument("rig: serve: this agent has served already");
+  std::set<std::string> names;
+  for (const auto& k : kinds) {
+    if (!names.insert(k.first).second) {
+      throw std::invalid_argument("rig: serve: the kind " + k.first + " is named twice");
+    }
+  }
+  s.served = true;
+  int report_fd = -1;
+  if (auto report = take_report_descriptor()) {
+    if (!*report) return Error(report->error());
+    report_fd = **report;
+  }
+  const pid_t me = getpid();
+  const Timing timing = job_timing();
+  std::optional<std::string> cause;
+  bool interrupted = false;
+  {
+    Reactor reactor(SteadyClock::get(), timing.tick_ms);
+    AgentJob job(reactor, timing, s.key, s.fd);
+    s.fd = -1;  // the loop owns the socket now and closes it when serve ends
+    if (job.listen_error() != 0) {
+      return Error("cannot listen at " + s.where + ": " + uv_strerror(job.listen_error()));
+    }
+    reactor.run();
+    cause = job.outcome()->cause();
+    interrupted = job.interrupted();
+  }
+  if (cause) write_report_line(report_fd, me, "failed " + *cause);
+  if (interrupted) {
+    clear_break();
+    if (cause) rig::fail(*cause);
+    throw Break();
+  }
+  if (cause) {
+    // Work of a device may still reach memory this process holds: its devices are lost, and the
+    // process must exit.
+    rig::fail(*cause);
+    return Error(*cause);
+  }
+  write_report_line(report_fd, me, "closed");
+  return Unit{};
+}
+
+}  // namespace rig::remote

@@ -1,0 +1,403 @@
+// The controller's side of a job: connect, the job's start (dial, prove, JOIN, READY), its hosts,
+// close, and the process's exit.
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/device.hpp"
+#include "core/registry.hpp"
+#include "remote/controller.hpp"
+#include "remote/report.hpp"
+#include "remote/runtime.hpp"
+
+namespace rig::remote {
+namespace {
+
+// How often a caller's wait comes back to look for a requested break.
+constexpr std::int64_t break_poll_ms = 200;
+
+// The job this process has open, if any. Guarded by open_mu.
+std::mutex open_mu;
+std::shared_ptr<JobState> open_job;
+
+// How many connections this process has made to each address, for "HOST:PORT#2".
+std::map<std::string, int>& address_uses() {
+  static auto* uses = new std::map<std::string, int>();
+  return *uses;
+}
+
+std::string address_text(const Address& a) {
+  // A bare IPv6 address gets brackets, so the port cannot be mistaken for its last group.
+  const bool v6 = a.first.find(':') != std::string::npos;
+  return (v6 ? "[" + a.first + "]" : a.first) + ":" + std::to_string(a.second);
+}
+
+}  // namespace
+
+// Resolves `host` for a TCP connection: the first address it gives.
+Result<sockaddr_storage> resolve(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) return Error("cannot resolve " + host + ": " + gai_strerror(rc));
+  sockaddr_storage out{};
+  std::memcpy(&out, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  return out;
+}
+
+// ---- The host proxy's driver: the agent's host as a device of this process.
+
+// Owner: the host's DeviceCore. Threads: any (enqueue posts to the loop). Lifetime: the device's;
+// it reaches the job through a weak reference, so a host outliving its job only raises Lost.
+class HostProxyDriver final : public rig::detail::Driver {
+ public:
+  HostProxyDriver(std::weak_ptr<JobState> job, std::size_t index)
+      : job_(std::move(job)), index_(index) {}
+
+  std::uint64_t allocate(std::size_t) override { return 0; }
+  void release(std::uint64_t, std::size_t) noexcept override {}
+  std::byte* host_pointer(std::uint64_t) const noexcept override { return nullptr; }
+  bool reaches(const rig::detail::DeviceCore&) const override { return false; }
+
+  void enqueue(rig::detail::Work work) override {
+    if (!work.parts.empty()) {
+      throw std::invalid_argument(
+          "rig: copies and runs on a remote host go through its machine's devices");
+    }
+    auto job = job_.lock();
+    if (!job) return;
+    const std::uint64_t value = work.value;
+    const std::size_t index = index_;
+    Runtime::get().post([job, index, value] {
+      if (job->core) job->core->mark(index, value);
+    });
+  }
+
+  Result<std::unique_ptr<rig::detail::Module>> load(const Program&) override {
+    return Error("programs on a remote host arrive with remote devices");
+  }
+  void stop() noexcept override {}
+
+ private:
+  std::weak_ptr<JobState> job_;
+  const std::size_t index_;
+};
+
+// ---- ControllerJob
+
+ControllerJob::ControllerJob(Reactor& reactor, const Timing& timing, Key key,
+                             std::shared_ptr<JobState> state, std::vector<Member> members)
+    : JobCore(reactor, timing, std::move(key), process_instance()),
+      state_(std::move(state)),
+      members_(std::move(members)),
+      id_(new_job_id()) {
+  ticker_ = reactor_.add_ticker([this](std::int64_t now) { tick(now); });
+}
+
+ControllerJob::~ControllerJob() { reactor_.remove_ticker(ticker_); }
+
+void ControllerJob::start() {
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    Connection& c = add_connection(members_[i].name);
+    c.tag = i;
+    members_[i].connection = &c;
+    DialerConfig config{Role::controller, "controller", id_, members_[i].name, instance_};
+    c.dial(reinterpret_cast<const sockaddr*>(&members_[i].address),
+           Handshake::dialer(key_, std::move(config)));
+  }
+}
+
+void ControllerJob::on_refused(Connection& c, const std::string& why) noexcept {
+  fail(c.peer_name() + ": " + why);
+}
+
+void ControllerJob::on_proven(Connection& c) noexcept {
+  if (has_failed()) return;
+  if (++proven_ < members_.size()) return;
+  // Every agent is in: tell each who the others are, so that they connect to each other.
+  Join join;
+  for (const Member& m : members_) {
+    join.names.push_back(m.name);
+    join.addresses.push_back(m.dial_text);
+  }
+  for (Member& m : members_) {
+    join.you = m.name;
+    m.connection->send(join);
+  }
+  join_sent_ms_ = reactor_.now_ms();
+  (void)c;
+}
+
+void ControllerJob::on_job_message(Connection& c, Message&& m) noexcept {
+  Member& member = members_[c.tag];
+  if (auto* ready = std::get_if<Ready>(&m)) {
+    if (member.ready) return fail(c.peer_name() + ": malformed message: READY twice");
+    member.ready = true;
+    member.host_arch = ready->host_arch;
+    member.host_budget = ready->host_budget;
+    if (++ready_ == members_.size()) started();
+    return;
+  }
+  if (auto* reached = std::get_if<Reached>(&m)) {
+    if (!member.host) return fail(c.peer_name() + ": malformed message: REACHED before READY");
+    member.host->timeline().publish(reached->value);
+    return;
+  }
+  if (std::holds_alternative<Closed>(m)) {
+    // The agent has let go of the job and stopped listening; now both ends close the connection.
+    member.closed = true;
+    c.end(std::nullopt);
+    return;
+  }
+  const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
+  fail(c.peer_name() + ": malformed message: " + std::string(name) + " is not one an agent sends");
+}
+
+void ControllerJob::started() {
+  std::vector<Device> hosts;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    auto core = std::make_shared<rig::detail::DeviceCore>(rig::detail::DeviceInfo{
+        Kind::cpu, "CPU@" + members_[i].name, members_[i].host_arch, members_[i].host_budget});
+    core->attach(std::make_unique<HostProxyDriver>(state_, i));
+    members_[i].host = core;
+    try {
+      rig::detail::Registry::get().add(core);
+    } catch (const Lost& e) {
+      fail(e.what());
+      return;
+    }
+    hosts.push_back(Device(core));
+  }
+  {
+    std::lock_guard lock(state_->mu);
+    state_->hosts = std::move(hosts);
+  }
+  state_->report_started_line();
+  state_->started.set();
+}
+
+void ControllerJob::mark(std::size_t index, std::uint64_t value) {
+  if (index >= members_.size() || !members_[index].connection) return;
+  members_[index].connection->send(Mark{value});
+}
+
+void ControllerJob::close() {
+  if (has_failed() || closing_) return;
+  closing_ = true;
+  mark_ended();
+  for (Member& m : members_) m.connection->send(Close{});
+}
+
+void ControllerJob::tick(std::int64_t now) {
+  if (has_failed()) return;
+  if (join_sent_ms_ != 0 && ready_ < members_.size() &&
+      now - join_sent_ms_ >= timing_.handshake_timeout_ms) {
+    for (const Member& m : members_) {
+      if (!m.ready) {
+        return fail(m.name + ": did not connect to the job's other agents within " +
+                    seconds_text(timing_.handshake_timeout_ms));
+      }
+    }
+  }
+  // A host lost on this process other than by a close (rig::fail, say) fails the job.
+  for (const Member& m : members_) {
+    if (m.host && m.host->timeline().lost() && !m.host->closed()) {
+      return fail(m.host->timeline().why());
+    }
+  }
+}
+
+void ControllerJob::on_job_failed(const std::string& cause) noexcept {
+  for (Member& m : members_) {
+    if (m.host) m.host->lose(cause);
+  }
+  state_->report_failed(cause);
+}
+
+void ControllerJob::on_finished() noexcept {
+  state_->finished.set();
+  state_->core = nullptr;
+  // The job is done with the loop: free it once this callback has unwound.
+  Runtime::get().post([self = this] { delete self; });
+}
+
+// ---- JobState
+
+void JobState::report_started_line() {
+  if (!report_started.exchange(true)) write_report_line(report_fd, pid, "started");
+}
+
+void JobState::report_failed(const std::string& cause) {
+  if (!report_ended.exchange(true)) write_report_line(report_fd, pid, "failed " + cause);
+}
+
+void JobState::report_closed() {
+  if (!report_ended.exchange(true)) write_report_line(report_fd, pid, "closed");
+}
+
+// ---- The public calls.
+
+const std::vector<Device>& Job::hosts() const {
+  if (!s_) throw std::invalid_argument("rig: hosts() of an empty Job handle");
+  return s_->hosts;
+}
+
+std::optional<std::string> Job::failed() const {
+  if (!s_) return std::nullopt;
+  if (s_->closed.load()) return std::nullopt;
+  if (s_->pid != getpid()) return s_->fork_cause();
+  return s_->outcome->cause();
+}
+
+std::optional<std::string> JobState::fork_cause() const {
+  return std::string("this process is a child of the job's controller (fork): the job's "
+                     "connections belong to the parent");
+}
+
+// Waits for `signal`, coming back every break_poll_ms to honour a requested break.
+static void wait_breakable(const Signal& signal) {
+  while (!signal.wait_for_ms(break_poll_ms)) {
+    if (break_requested()) {
+      clear_break();
+      throw Break();
+    }
+  }
+}
+
+void Job::close() {
+  if (!s_) throw std::invalid_argument("rig: close() of an empty Job handle");
+  if (s_->closed.load()) return;
+  if (s_->pid != getpid()) {
+    s_->closed = true;
+    return;
+  }
+  // Hosts first: each waits for the work submitted on its machine.
+  for (const Device& h : s_->hosts) {
+    if (!failure(h)) rig::close(h);
+  }
+  if (!s_->outcome->cause()) {
+    if (!s_->close_sent.exchange(true)) {
+      Runtime::get().post([s = s_] {
+        if (s->core) s->core->close();
+      });
+    }
+    wait_breakable(s_->finished);
+  } else {
+    for (const Device& h : s_->hosts) rig::close(h);
+  }
+  if (!s_->outcome->cause()) s_->report_closed();
+  s_->closed = true;
+  std::lock_guard lock(open_mu);
+  if (open_job == s_) open_job = nullptr;
+}
+
+namespace {
+
+void close_at_exit() {
+  std::shared_ptr<JobState> job;
+  {
+    std::lock_guard lock(open_mu);
+    job = open_job;
+  }
+  if (!job || job->pid != getpid()) return;
+  try {
+    Job(job).close();
+  } catch (...) {
+    // Exit goes on: a break or a failure during the close leaves nothing more to do here.
+  }
+  // A job that failed is still draining its connections: the process waits for them.
+  job->finished.wait_for_ms(job->timing.drain_timeout_ms + 2 * job->timing.tick_ms);
+}
+
+}  // namespace
+
+Result<Job> connect_named(const Key& key, std::vector<Member> members, const Timing& timing,
+                          int report_fd) {
+  auto state = std::make_shared<JobState>();
+  state->pid = getpid();
+  state->timing = timing;
+  state->report_fd = report_fd;
+  {
+    std::lock_guard lock(open_mu);
+    if (open_job && !open_job->closed.load() && open_job->pid == getpid()) {
+      throw std::invalid_argument("rig: connect: a job of this process is open; close it first");
+    }
+    open_job = state;
+  }
+  static const bool at_exit = [] {
+    std::atexit(close_at_exit);
+    return true;
+  }();
+  (void)at_exit;
+  if (auto f = rig::detail::Registry::get().failure()) {
+    std::lock_guard lock(open_mu);
+    open_job = nullptr;
+    const std::string cause = members.front().name + ": " + *f;
+    state->report_failed(cause);
+    return Error(cause);
+  }
+  Runtime& rt = Runtime::get();
+  rt.call([&] {
+    auto* job = new ControllerJob(rt.reactor(), timing, key, state, std::move(members));
+    state->core = job;
+    state->outcome = job->outcome();
+    job->start();
+  });
+  // Started, or failed and every connection closed.
+  while (!state->started.is_set() && !state->finished.is_set()) {
+    state->started.wait_for_ms(break_poll_ms);
+    if (state->outcome->cause()) break;
+  }
+  if (auto cause = state->outcome->cause()) {
+    state->finished.wait_for_ms(timing.drain_timeout_ms + 2 * timing.tick_ms);
+    std::lock_guard lock(open_mu);
+    if (open_job == state) open_job = nullptr;
+    return Error(*cause);
+  }
+  return Job(state);
+}
+
+Result<Job> connect(const Key& key, const std::vector<Address>& agents) {
+  if (agents.empty()) throw std::invalid_argument("rig: connect: no agents");
+  std::set<Address> seen;
+  for (const Address& a : agents) {
+    if (!seen.insert(a).second) {
+      throw std::invalid_argument("rig: connect: " + address_text(a) + " is listed twice");
+    }
+    if (a.second <= 0 || a.second > 65535) {
+      throw std::invalid_argument("rig: connect: " + address_text(a) + ": port out of range");
+    }
+  }
+  std::vector<Member> members;
+  {
+    std::lock_guard lock(open_mu);
+    for (const Address& a : agents) {
+      const std::string text = address_text(a);
+      const int n = ++address_uses()[text];
+      Member m;
+      m.name = n == 1 ? text : text + "#" + std::to_string(n);
+      m.dial_text = text;
+      members.push_back(std::move(m));
+    }
+  }
+  for (std::size_t i = 0; i < agents.size(); ++i) {
+    auto addr = resolve(agents[i].first, agents[i].second);
+    if (!addr) return Error(members[i].name + ": " + addr.error());
+    members[i].address = *addr;
+  }
+  return connect_named(key, std::move(members), job_timing());
+}
+
+}  // namespace rig::remote

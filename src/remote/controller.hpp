@@ -1,0 +1,99 @@
+// The controller's side of a job.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/device.hpp"
+#include "remote/job.hpp"
+#include "remote/runtime.hpp"
+#include "rig/remote.hpp"
+
+namespace rig::remote {
+
+class ControllerJob;
+
+// One agent of a job as the controller sees it. Loop thread, but for the fields set before start.
+struct Member {
+  std::string name;       // "HOST:PORT", "HOST:PORT#2" or a launcher's NAME
+  std::string dial_text;  // "HOST:PORT" as the other agents dial it
+  sockaddr_storage address{};
+  Connection* connection = nullptr;
+  bool ready = false;
+  bool closed = false;
+  std::string host_arch;
+  std::uint64_t host_budget = 0;
+  std::shared_ptr<rig::detail::DeviceCore> host;
+};
+
+// What a Job handle refers to. Owner: the handles and the host proxies (weakly). Threads: any for
+// the synchronised fields; `core` only on the loop thread.
+struct JobState {
+  std::shared_ptr<JobOutcome> outcome = std::make_shared<JobOutcome>();
+  std::mutex mu;
+  std::vector<Device> hosts;  // set once, before `started`
+  Signal started;
+  Signal finished;  // every connection has closed
+  std::atomic<bool> close_sent{false};
+  std::atomic<bool> closed{false};
+  pid_t pid = 0;
+  Timing timing;
+  int report_fd = -1;  // a launcher's report descriptor, or -1
+  std::atomic<bool> report_started{false};
+  std::atomic<bool> report_ended{false};
+  ControllerJob* core = nullptr;  // loop thread only; null once finished
+
+  // Launcher reports: each line once, in one write, never from a child of fork.
+  void report_started_line();
+  void report_failed(const std::string& cause);
+  void report_closed();
+  std::optional<std::string> fork_cause() const;
+};
+
+// Owner: itself (it deletes itself once finished); made by connect on the loop thread. Threads:
+// the loop thread only.
+class ControllerJob final : public JobCore {
+ public:
+  ControllerJob(Reactor& reactor, const Timing& timing, Key key, std::shared_ptr<JobState> state,
+                std::vector<Member> members);
+  ~ControllerJob() override;
+
+  void start();
+  // An empty submission to agent `index`'s host: MARK, answered by REACHED.
+  void mark(std::size_t index, std::uint64_t value);
+  // Sends CLOSE to every agent.
+  void close();
+
+ private:
+  void on_proven(Connection& c) noexcept override;
+  void on_refused(Connection& c, const std::string& why) noexcept override;
+  void on_job_message(Connection& c, Message&& m) noexcept override;
+  void on_job_failed(const std::string& cause) noexcept override;
+  void on_finished() noexcept override;
+  void started();
+  void tick(std::int64_t now);
+
+  std::shared_ptr<JobState> state_;
+  std::vector<Member> members_;
+  const JobId id_;
+  std::size_t proven_ = 0;
+  std::size_t ready_ = 0;
+  std::int64_t join_sent_ms_ = 0;
+  bool closing_ = false;
+  std::uint64_t ticker_ = 0;
+};
+
+// Resolves `host` for a TCP connection: the first address it gives.
+Result<sockaddr_storage> resolve(const std::string& host, int port);
+
+// Starts a job with named members (connect names them by address, launched by RIG_REMOTE_AGENTS).
+Result<Job> connect_named(const Key& key, std::vector<Member> members, const Timing& timing,
+                          int report_fd = -1);
+
+}  // namespace rig::remote

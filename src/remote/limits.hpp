@@ -1,0 +1,46 @@
+// Every limit and constant of the remote layer's wire, keys and handshake, with its unit, in one
+// place. A peer's input is checked against these with ordinary code that stays in release builds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rig::remote {
+
+inline constexpr std::size_t KiB = 1024;
+inline constexpr std::size_t MiB = 1024 * KiB;
+
+// Keys. A key shorter than 16 bytes is too easy to guess; one longer than 4 KiB is a mistake (the
+// wrong file), not more security.
+inline constexpr std::size_t key_bytes_min = 16;
+inline constexpr std::size_t key_bytes_max = 4 * KiB;
+// What `rig keygen` writes: 256 bits, as much as the MAC can use.
+inline constexpr std::size_t keygen_bytes = 32;
+
+// The version this build speaks. A greeting from another version is refused, never half-parsed.
+inline constexpr std::uint32_t protocol_version = 1;
+
+// Frames. The length field counts the type byte and the body. Bulk copies will carry 1-2 MiB of
+// payload per frame (the write size that keeps TCP streaming at full speed), so 4 MiB leaves room
+// for their fixed fields while bounding what one peer can make us buffer.
+inline constexpr std::size_t frame_length_field_bytes = 4;
+inline constexpr std::size_t frame_header_bytes = frame_length_field_bytes + 1;
+inline constexpr std::size_t frame_bytes_max = 4 * MiB;
+
+// A root cause carried by ABORT. Longer causes are cut by the sender (see clamp_reason).
+inline constexpr std::size_t reason_bytes_max = 16 * KiB;
+
+// Handshake. Names are "HOST:PORT#N" or a launcher's NAME: a DNS name is at most 253 bytes, so 1
+// KiB is generous and still keeps a proof small.
+inline constexpr std::size_t name_bytes_max = 1 * KiB;
+inline constexpr std::size_t nonce_bytes = 32;
+inline constexpr std::size_t instance_id_bytes = 16;
+inline constexpr std::size_t job_id_bytes = 16;
+inline constexpr std::size_t mac_bytes = 32;
+// Agents in one job: a bound on what a JOIN may make an agent dial and allocate.
+inline constexpr std::size_t agents_max = 1024;
+
+// A connection that has not proven the key by then is dropped (the reactor's deadline).
+inline constexpr std::uint64_t handshake_timeout_ms = 10'000;
+
+}  // namespace rig::remote

@@ -1,0 +1,104 @@
+#include "remote/reactor.hpp"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace rig::remote {
+namespace {
+
+std::uint64_t this_thread_token() noexcept {
+  return static_cast<std::uint64_t>(pthread_self());
+}
+
+void check_uv(int rc, const char* what) {
+  if (rc != 0) throw std::runtime_error(std::string("rig: ") + what + ": " + uv_strerror(rc));
+}
+
+}  // namespace
+
+Reactor::Reactor(const Clock& clock, std::int64_t tick_ms) : clock_(clock) {
+  check_uv(uv_loop_init(&loop_), "uv_loop_init");
+  loop_.data = this;
+  check_uv(uv_async_init(&loop_, &async_, on_async), "uv_async_init");
+  async_.data = this;
+  check_uv(uv_timer_init(&loop_, &tick_), "uv_timer_init");
+  tick_.data = this;
+  const auto period = static_cast<std::uint64_t>(std::max<std::int64_t>(tick_ms, 1));
+  check_uv(uv_timer_start(&tick_, on_tick, period, period), "uv_timer_start");
+}
+
+Reactor::~Reactor() {
+  // run() closes the reactor's own handles on its way out; a reactor that never ran closes them
+  // here, then lets the loop finish their close callbacks.
+  if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&async_))) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+  }
+  uv_loop_close(&loop_);
+}
+
+void Reactor::post(Command* command) noexcept {
+  queue_.push(command);
+  uv_async_send(&async_);
+}
+
+void Reactor::run() {
+  loop_thread_.store(this_thread_token(), std::memory_order_release);
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  loop_thread_.store(0, std::memory_order_release);
+}
+
+void Reactor::stop() noexcept {
+  if (stopping_) return;
+  stopping_ = true;
+  drain_commands();
+  uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
+}
+
+bool Reactor::on_loop_thread() const noexcept {
+  return loop_thread_.load(std::memory_order_acquire) == this_thread_token();
+}
+
+std::uint64_t Reactor::add_ticker(Ticker ticker) {
+  tickers_.push_back({next_token_, std::move(ticker)});
+  return next_token_++;
+}
+
+void Reactor::remove_ticker(std::uint64_t token) {
+  std::erase_if(tickers_, [token](const Entry& e) { return e.token == token; });
+}
+
+void Reactor::tick_now() {
+  const std::int64_t now = clock_.now_ms();
+  // A ticker may add or remove tickers (a connection that fails closes itself): iterate a copy of
+  // the tokens and look each up again.
+  std::vector<std::uint64_t> tokens;
+  tokens.reserve(tickers_.size());
+  for (const Entry& e : tickers_) tokens.push_back(e.token);
+  for (std::uint64_t t : tokens) {
+    auto it = std::find_if(tickers_.begin(), tickers_.end(),
+                           [t](const Entry& e) { return e.token == t; });
+    if (it == tickers_.end()) continue;
+    Ticker copy = it->ticker;
+    copy(now);
+  }
+}
+
+void Reactor::drain_commands() {
+  while (QueueNode* node = queue_.pop()) static_cast<Command*>(node)->run(*this);
+}
+
+void Reactor::on_async(uv_async_t* handle) {
+  static_cast<Reactor*>(handle->data)->drain_commands();
+}
+
+void Reactor::on_tick(uv_timer_t* handle) {
+  static_cast<Reactor*>(handle->data)->tick_now();
+}
+
+}  // namespace rig::remote

@@ -1,0 +1,216 @@
+// Jobs with real rigd processes on loopback, port 0: start, round trips, close, and the failure
+// rules, each checked by its root-cause text on every process and its bound on detection time.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rig/remote.hpp"
+#include "rig/rig.hpp"
+#include "support/process.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using rig::test::Process;
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  REQUIRE_MESSAGE(v != nullptr, name << " is not set (run through meson test)");
+  return v;
+}
+
+// A key file with 32 random-enough bytes and mode 0600, in a directory of the test's own.
+std::string make_key_file(const std::string& tag) {
+  const fs::path dir = fs::temp_directory_path() / ("rig-test-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / (tag + ".key");
+  const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(fd >= 0);
+  std::string bytes = "rig test key " + tag + " 0123456789abcdefghijklmnop";
+  REQUIRE(write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  close(fd);
+  return file;
+}
+
+rig::remote::Key load_key(const std::string& file) {
+  auto k = rig::remote::read_key(file);
+  REQUIRE_MESSAGE(k.ok(), (k.ok() ? "" : k.error()));
+  return *k;
+}
+
+// A rigd on 127.0.0.1, port 0, and the port it chose.
+struct Rigd {
+  std::unique_ptr<Process> p;
+  int port = 0;
+
+  explicit Rigd(const std::string& key_file) {
+    p = std::make_unique<Process>(std::vector<std::string>{
+        env("RIG_RIGD"), "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", "CPU,SIM"});
+    const auto line = p->line();
+    REQUIRE_MESSAGE(line.has_value(), "rigd printed no listening line");
+    REQUIRE(line->rfind("listening 127.0.0.1:", 0) == 0);
+    port = std::stoi(line->substr(line->rfind(':') + 1));
+    REQUIRE(port > 0);
+  }
+  std::string name() const { return "127.0.0.1:" + std::to_string(port); }
+  rig::remote::Address address() const { return {"127.0.0.1", port}; }
+  // rigd's log line for the end of job `n`.
+  std::optional<std::string> job_end(int n, int ms = 5000) {
+    for (;;) {
+      auto l = p->err_until("job " + std::to_string(n) + ": ", ms);
+      if (!l || l->find("waiting for a controller") == std::string::npos) return l;
+    }
+  }
+  ~Rigd() {
+    p->signal(SIGTERM);
+    p->wait_for(5000);
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+TEST_CASE("a job on two agents: hosts, round trips, close, and the daemons serve the next job") {
+  const std::string key_file = make_key_file("start");
+  const auto key = load_key(key_file);
+  Rigd a(key_file), b(key_file);
+  for (int round = 1; round <= 2; ++round) {
+    auto job = rig::remote::connect(key, {a.address(), b.address()});
+    REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+    const auto& hosts = job->hosts();
+    REQUIRE(hosts.size() == 2);
+    const std::string suffix = round == 1 ? "" : "#2";
+    CHECK(hosts[0].name() == "CPU@" + a.name() + suffix);
+    CHECK(hosts[1].name() == "CPU@" + b.name() + suffix);
+    CHECK(hosts[0].kind() == rig::Kind::cpu);
+    CHECK(hosts[0].arch() == rig::host().arch());  // the same machine
+    CHECK(hosts[0].budget() == rig::host().budget());
+    for (int i = 0; i < 100; ++i) {
+      for (const auto& h : hosts) h.wait(rig::submit(h, std::span<const rig::Part>{}));
+    }
+    CHECK_FALSE(job->failed().has_value());
+    job->close();
+    CHECK_FALSE(job->failed().has_value());
+    job->close();  // twice is nothing
+    CHECK(a.job_end(round) == "rigd[" + std::to_string(a.p->pid()) + "]: job " +
+                                  std::to_string(round) + ": closed");
+    CHECK(b.job_end(round).value_or("").find("closed") != std::string::npos);
+  }
+}
+
+TEST_CASE("a wrong key is refused with the agent's name; the agent goes on serving") {
+  Rigd a(make_key_file("right"));
+  const auto wrong = load_key(make_key_file("wrong"));
+  auto job = rig::remote::connect(wrong, {a.address()});
+  REQUIRE_FALSE(job.ok());
+  CHECK(job.error() == a.name() + ": holds another key");
+  // The same agent still takes a job with the right key.
+  auto ok = rig::remote::connect(load_key(make_key_file("right")), {a.address()});
+  REQUIRE_MESSAGE(ok.ok(), (ok.ok() ? "" : ok.error()));
+  ok->close();
+}
+
+TEST_CASE("an agent that cannot be reached fails connect with its name") {
+  // A port nobody listens at: bind one, learn it, close it.
+  const std::string key_file = make_key_file("unreached");
+  Rigd a(key_file);
+  int port = 0;
+  {
+    auto probe = rig::remote::listen(load_key(key_file), "127.0.0.1", 0);
+    REQUIRE(probe.ok());
+    port = probe->port();
+  }
+  auto job = rig::remote::connect(load_key(key_file), {a.address(), {"127.0.0.1", port}});
+  REQUIRE_FALSE(job.ok());
+  CHECK(job.error() == "127.0.0.1:" + std::to_string(port) + ": cannot connect: connection refused");
+  // The agent that was reached learns that the job failed.
+  const auto end = a.job_end(1);
+  REQUIRE(end.has_value());
+  CHECK(end->find("failed controller aborted: 127.0.0.1:" + std::to_string(port) +
+                  ": cannot connect: connection refused") != std::string::npos);
+}
+
+TEST_CASE("a second controller is told that the agent serves another job") {
+  const std::string key_file = make_key_file("second");
+  Rigd a(key_file);
+  auto job = rig::remote::connect(load_key(key_file), {a.address()});
+  REQUIRE(job.ok());
+  Process second({env("RIG_TEST_CONTROLLER"), key_file, a.name()});
+  CHECK(second.line() == "error: " + a.name() + ": serves another job");
+  CHECK(WEXITSTATUS(second.wait()) == 1);
+  CHECK_FALSE(job->failed().has_value());
+  job->close();
+}
+
+TEST_CASE("kill -9 of an agent: the controller fails within 1 s naming it; the daemon survives") {
+  const std::string key_file = make_key_file("kill");
+  Rigd a(key_file), b(key_file);
+  auto job = rig::remote::connect(load_key(key_file), {a.address(), b.address()});
+  REQUIRE(job.ok());
+  // The job's process on `a` is rigd's child: find it through the log line.
+  const auto waiting = a.p->err_until("job 1: waiting for a controller in process ");
+  REQUIRE(waiting.has_value());
+  const pid_t child = std::stoi(waiting->substr(waiting->rfind(' ') + 1));
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(child, SIGKILL);
+  const rig::Device host = job->hosts()[0];
+  std::optional<std::string> cause;
+  while (!(cause = job->failed()) && seconds_since(t0) < 5) std::this_thread::sleep_for(1ms);
+  const double detected = seconds_since(t0);
+  REQUIRE(cause.has_value());
+  // Seen by the controller itself, or first by the other agent, whose abort then carries it.
+  const std::string seen = a.name() + ": closed its connection";
+  CHECK((*cause == seen || *cause == b.name() + " aborted: " + seen));
+  CHECK(detected < 1.0);
+  CHECK_THROWS_WITH_AS(host.reached(), cause->c_str(), rig::Lost);
+  // The other agent learns of the failure: its root cause names the killed agent.
+  const auto b_end = b.job_end(1);
+  REQUIRE(b_end.has_value());
+  CHECK(b_end->find(a.name() + ": closed its connection") != std::string::npos);
+  // The killed agent's daemon logs the end and serves the next job.
+  CHECK(a.job_end(1).value_or("").find("process ended by signal 9") != std::string::npos);
+  job->close();
+  auto next = rig::remote::connect(load_key(key_file), {a.address(), b.address()});
+  REQUIRE_MESSAGE(next.ok(), (next.ok() ? "" : next.error()));
+  next->close();
+}
+
+TEST_CASE("kill -9 of the controller: each agent's job ends within 1 s") {
+  const std::string key_file = make_key_file("killc");
+  Rigd a(key_file), b(key_file);
+  Process controller({env("RIG_TEST_CONTROLLER"), key_file, "--hold-ms", "60000", a.name(), b.name()});
+  REQUIRE(controller.line() == "started");
+  const auto t0 = std::chrono::steady_clock::now();
+  controller.signal(SIGKILL);
+  const auto a_end = a.job_end(1, 2000);
+  const auto b_end = b.job_end(1, 2000);
+  CHECK(seconds_since(t0) < 1.5);
+  REQUIRE(a_end.has_value());
+  REQUIRE(b_end.has_value());
+  // Each agent's root cause is the controller's end, seen by itself or by the other agent first
+  // ("B aborted: controller: closed its connection"): one cause per process either way.
+  CHECK(a_end->find("controller: closed its connection") != std::string::npos);
+  CHECK(b_end->find("controller: closed its connection") != std::string::npos);
+}
+
+TEST_CASE("connect's misuse") {
+  const auto key = load_key(make_key_file("misuse"));
+  CHECK_THROWS_WITH_AS(rig::remote::connect(key, {}), "rig: connect: no agents",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(rig::remote::connect(key, {{"127.0.0.1", 5}, {"127.0.0.1", 5}}),
+                       "rig: connect: 127.0.0.1:5 is listed twice", std::invalid_argument);
+}
