@@ -348,7 +348,7 @@ TEST_CASE("the rig command: usage, help and unknown commands") {
       "       rig help [COMMAND]\n"
       "\n"
       "commands:\n"
-      "  keygen     write a new random job key to a file (readable by this user only)\n"
+      "  keygen     write a new random job key to a file (mode 0600)\n"
       "  pack       build a rig.program from a C or C++ source, or list one's targets\n"
       "\n"
       "`rig COMMAND --help` describes one command.\n";

@@ -1,10 +1,9 @@
-// The rig CLI's subcommands. Each is a function over the words after its name (`rig pack -o x
-// a.c` gives pack {"-o", "x", "a.c"}). It prints its own output and errors and returns the
-// process's exit status.
+// The rig CLI's subcommands. Each is a function over its own argv: args[0] is the subcommand's
+// name ("pack") and the rest are its arguments, exactly as the user typed them. A subcommand
+// prints its own errors and returns the process's exit status.
 //
-// To add one: declare its function below (or in its own header, included here), define it in
-// its own file in tools/rig/, add that file to rig_cli_sources in tools/meson.build and add a row
-// to the table in main.cpp.
+// To add one: declare its function below, define it in its own file in tools/rig/, add that file
+// to tools/meson.build and add a row to the table in main.cpp.
 #pragma once
 
 #include <span>
@@ -26,9 +25,6 @@ struct Command {
 };
 
 }  // namespace rig::cli
-
-// rig keygen: writes a new random job key (keygen.cpp).
-#include "keygen.hpp"
 
 // rig pack: builds a rig.program from a source file, or lists one's targets (pack.cpp).
 int cmd_pack(std::span<char*> args);

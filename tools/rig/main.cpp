@@ -5,13 +5,17 @@
 #include <string_view>
 
 #include "commands.hpp"
+#include "keygen.hpp"
 
 namespace {
 
 using rig::cli::Command;
 
+// keygen takes the words after its name.
+int keygen(std::span<char*> args) { return cmd_keygen(args.subspan(1)); }
+
 constexpr Command commands[] = {
-    {"keygen", "write a new random job key to a file (readable by this user only)", cmd_keygen},
+    {"keygen", "write a new random job key to a file (mode 0600)", keygen},
     {"pack", "build a rig.program from a C or C++ source, or list one's targets", cmd_pack},
 };
 
@@ -55,7 +59,7 @@ int main(int argc, char** argv) {
         return rig::cli::exit_usage;
       }
       char help_flag[] = "--help";
-      char* sub[] = {help_flag};
+      char* sub[] = {args[2], help_flag};
       return c->run(std::span<char*>(sub));
     }
     usage(stdout);
@@ -67,5 +71,5 @@ int main(int argc, char** argv) {
     usage(stderr);
     return rig::cli::exit_usage;
   }
-  return c->run(args.subspan(2));
+  return c->run(args.subspan(1));
 }

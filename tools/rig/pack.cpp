@@ -114,13 +114,13 @@ struct Options {
   std::vector<std::string> extra;
 };
 
-// Parses the words after "pack"; Error is a usage message without the "rig pack: " prefix.
+// Parses the command line; Error is a usage message without the "rig pack: " prefix.
 Result<Options> parse_args(std::span<char*> args) {
   Options o;
   std::string levels_text;
   bool levels_given = false;
   std::vector<std::string> sources;
-  for (std::size_t i = 0; i < args.size(); ++i) {
+  for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string_view a = args[i];
     if (a == "--") {
       for (++i; i < args.size(); ++i) o.extra.emplace_back(args[i]);
