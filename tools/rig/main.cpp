@@ -12,7 +12,9 @@ namespace {
 using rig::cli::Command;
 
 // keygen takes the words after its name.
-int keygen(std::span<char*> args) { return cmd_keygen(args.subspan(1)); }
+int keygen(std::span<char*> args) {
+  return cmd_keygen(args.subspan(1));
+}
 
 constexpr Command commands[] = {
     {"check", "start a job on agents, make round trips to each, print what answered", cmd_check},
