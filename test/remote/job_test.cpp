@@ -211,8 +211,8 @@ TEST_CASE("kill -9 of the controller: each agent's job ends within 1 s") {
 
 TEST_CASE("connect's misuse") {
   const auto key = load_key(make_key_file("misuse"));
-  CHECK_THROWS_WITH_AS(rig::remote::connect(key, {}), "rig: connect: no agents",
+  CHECK_THROWS_WITH_AS((void)rig::remote::connect(key, {}), "rig: connect: no agents",
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(rig::remote::connect(key, {{"127.0.0.1", 5}, {"127.0.0.1", 5}}),
+  CHECK_THROWS_WITH_AS((void)rig::remote::connect(key, {{"127.0.0.1", 5}, {"127.0.0.1", 5}}),
                        "rig: connect: 127.0.0.1:5 is listed twice", std::invalid_argument);
 }

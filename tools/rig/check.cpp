@@ -4,11 +4,11 @@
 // host, prints each host's name, arch, memory and round-trip times, and closes the job. Exits 0 if
 // every agent answered and the job closed, 1 otherwise (with the root cause), 2 on usage errors.
 #include <algorithm>
-#include <optional>
-#include <stdexcept>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -93,8 +93,8 @@ int cmd_check(std::span<char*> args) {
       for (int i = 0; i < check_rounds; ++i) {
         const auto s = std::chrono::steady_clock::now();
         host.wait(rig::submit(host, std::span<const rig::Part>{}));
-        us.push_back(
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s).count());
+        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s)
+                         .count());
       }
       std::sort(us.begin(), us.end());
       std::printf("%-28s arch %-10s memory %7llu MiB  round trip median %.1f us, max %.1f us\n",

@@ -32,5 +32,6 @@ int cmd_pack(std::span<char*> args);
 // rig run: starts local agents and a controller program, and reports the job's outcome (run.cpp).
 int cmd_run(std::span<char*> args);
 
-// rig check: starts a job on given agents, makes round trips to each, prints what it found (check.cpp).
+// rig check: starts a job on given agents, makes round trips to each, prints what it found
+// (check.cpp).
 int cmd_check(std::span<char*> args);
