@@ -1,6 +1,8 @@
 // The agent's side of a job: listen, then serve one job on the caller's thread: accept and prove
 // connections, join the job's other agents, answer the controller, end in order or fail whole.
 #include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -323,6 +325,25 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
   const Timing timing = job_timing();
   std::optional<std::string> cause;
   bool interrupted = false;
+  // serve's writes raise SIGPIPE on this thread when a peer resets its connection: blocked while
+  // serve runs (EPIPE is handled as the connection's end), then the caller's mask comes back.
+  sigset_t pipe_only, previous;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
+  struct RestoreMask {
+    sigset_t mask;
+    ~RestoreMask() {
+      // A SIGPIPE left pending by serve is taken here, before the mask returns.
+      sigset_t pipe_set;
+      sigemptyset(&pipe_set);
+      sigaddset(&pipe_set, SIGPIPE);
+      timespec zero{};
+      while (sigtimedwait(&pipe_set, nullptr, &zero) == SIGPIPE) {
+      }
+      pthread_sigmask(SIG_SETMASK, &mask, nullptr);
+    }
+  } restore{previous};
   {
     Reactor reactor(SteadyClock::get(), timing.tick_ms);
     AgentJob job(reactor, timing, s.key, s.fd);

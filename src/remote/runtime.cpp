@@ -1,5 +1,6 @@
 #include "remote/runtime.hpp"
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -32,7 +33,15 @@ void on_sigint(int) {
 }  // namespace
 
 Runtime::Runtime() : timing_(job_timing()), reactor_(SteadyClock::get(), timing_.tick_ms) {
-  thread_ = std::thread([this] { reactor_.run(); });
+  thread_ = std::thread([this] {
+    // The loop thread takes no signal of the application's: they belong to its own threads. A
+    // write to a connection the peer has reset raises SIGPIPE on the writing thread; blocked here,
+    // it stays pending and harmless while the write's EPIPE is handled as the connection's end.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    reactor_.run();
+  });
   thread_.detach();  // lives as long as the process
 }
 

@@ -245,9 +245,8 @@ int cmd_run(std::span<char*> args) {
     members.push_back(m);
     const auto line = read_line(m.out_fd, agent_start_timeout_ms);
     if (!line || line->rfind("listening ", 0) != 0) {
-      std::fprintf(
-          stderr, "rig run: %s could not start: %s\n", m.name.c_str(),
-          line ? ("it said '" + *line + "'").c_str() : "it printed no listening line within 10 s");
+      std::fprintf(stderr, "rig run: %s could not start: %s\n", m.name.c_str(),
+                   line ? ("it said '" + *line + "'").c_str() : "it printed no listening line");
       stop_all(SIGKILL);
       for (Member& o : members) waitpid(o.pid, nullptr, 0);
       return exit_failure;
