@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <set>
 
 #include "core/arch.hpp"
@@ -95,6 +97,25 @@ int listener_fd(const Agent& agent) {
 }
 
 namespace {
+std::mutex agent_log_mu;
+std::function<void(const std::string&)> agent_log;
+
+void log_line(const std::string& line) {
+  std::function<void(const std::string&)> f;
+  {
+    std::lock_guard lock(agent_log_mu);
+    f = agent_log;
+  }
+  if (f) f(line);
+}
+}  // namespace
+
+void set_agent_log(std::function<void(const std::string&)> log) {
+  std::lock_guard lock(agent_log_mu);
+  agent_log = std::move(log);
+}
+
+namespace {
 
 // Owner: serve, on its stack. Threads: the loop thread, which is serve's caller. Lifetime: serve's.
 class AgentJob final : public JobCore {
@@ -164,6 +185,8 @@ class AgentJob final : public JobCore {
       c.set_peer_name("controller");
       c.tag = controller_tag;
       controller_since_ms_ = reactor_.now_ms();
+      log_line("job started by the controller at " + c.peer_address() +
+               ", which names this agent " + my_name_);
       return;
     }
     // Another agent of the job, dialed or accepted.

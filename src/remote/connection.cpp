@@ -331,6 +331,24 @@ void Connection::broken(int code) {
   }
 }
 
+std::string Connection::peer_address() const {
+  sockaddr_storage a{};
+  int len = sizeof a;
+  if (uv_tcp_getpeername(&tcp_, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
+  char ip[64] = "?";
+  int port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    uv_ip4_name(v4, ip, sizeof ip);
+    port = ntohs(v4->sin_port);
+    return std::string(ip) + ":" + std::to_string(port);
+  }
+  const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+  uv_ip6_name(v6, ip, sizeof ip);
+  port = ntohs(v6->sin6_port);
+  return "[" + std::string(ip) + "]:" + std::to_string(port);
+}
+
 std::size_t Connection::backlog_bytes() const noexcept {
   return uv_stream_get_write_queue_size(reinterpret_cast<const uv_stream_t*>(&tcp_));
 }

@@ -11,10 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
+#include "remote/codec.hpp"
 #include "remote/frame.hpp"
 #include "remote/handshake.hpp"
 #include "remote/launch.hpp"
@@ -294,4 +296,92 @@ TEST_CASE("rig run with an agent that cannot start says so and fails") {
   const int status = run.wait();
   CHECK(WEXITSTATUS(status) == 1);
   CHECK(err == "rig run: agent0 could not start: it printed no listening line\n");
+}
+
+TEST_CASE("Ctrl-C on an agent: its job fails with 'interrupted', which the controller hears") {
+  const std::string key_file = rig::test::make_key_file("ctrl-c");
+  Rigd a(key_file, {"--once"});
+  auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
+  REQUIRE(job.ok());
+  REQUIRE(a.p->err_until("job started by the controller at ").has_value());
+  a.p->signal(SIGINT);
+  std::optional<std::string> cause;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 5) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(cause.has_value());
+  CHECK(*cause == a.name() + " aborted: interrupted");
+  CHECK(a.p->err_until("job: interrupted").has_value());
+  CHECK(a.p->wait_for(5000));
+  job->close();
+}
+
+namespace {
+
+// Reads frames from a raw socket until one of type `M` arrives (skipping heartbeats).
+template <typename M>
+bool read_until(int s, rig::remote::FrameDecoder& d) {
+  for (;;) {
+    auto f = d.next();
+    if (!f) return false;
+    if (f->has_value()) {
+      auto m = rig::remote::decode(**f);
+      if (m && std::holds_alternative<M>(*m)) return true;
+      continue;
+    }
+    std::uint8_t buf[4096];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    if (n <= 0) return false;
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+}
+
+void send_message(int s, const rig::remote::Message& m) {
+  std::vector<std::uint8_t> bytes;
+  rig::remote::encode(m, bytes);
+  FakeAgent::send_all(s, bytes);
+}
+
+}  // namespace
+
+TEST_CASE("a break ends close's wait within 200 ms; the job stays open; a later close finishes") {
+  const auto key = rig::test::load_key(rig::test::make_key_file("break"));
+  FakeAgent agent;
+  std::atomic<bool> answer_close{false};
+  std::thread fake([&] {
+    const int s = agent.accept_and_prove(key);
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    REQUIRE(read_until<rig::remote::Close>(s, d));
+    // Hold the close unanswered (heartbeats keep the job alive) until the test says so.
+    while (!answer_close.load()) {
+      send_message(s, rig::remote::Heartbeat{});
+      std::this_thread::sleep_for(50ms);
+    }
+    send_message(s, rig::remote::Closed{});
+    ::shutdown(s, SHUT_WR);
+    std::uint8_t buf[256];
+    while (::read(s, buf, sizeof buf) > 0) {
+    }
+    ::close(s);
+  });
+  auto job = rig::remote::connect(key, {{"127.0.0.1", agent.port}});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  std::thread breaker([] {
+    std::this_thread::sleep_for(300ms);
+    rig::remote::request_break();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(job->close(), rig::remote::Break);
+  const double waited = rig::test::seconds_since(t0);
+  breaker.join();
+  CHECK(waited >= 0.29);
+  CHECK(waited < 0.3 + 0.2 + 0.1);
+  CHECK_FALSE(job->failed().has_value());
+  answer_close = true;
+  job->close();  // waits again, and now the agent answers
+  fake.join();
+  CHECK_FALSE(job->failed().has_value());
 }

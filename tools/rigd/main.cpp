@@ -144,6 +144,7 @@ std::vector<std::pair<std::string, rig::remote::Opener>> openers(const std::stri
 
 // The child: serve one job on the inherited socket, report its end on the report pipe, exit.
 int serve_one(const Options& o, const rig::remote::Key& key) {
+  rig::remote::set_agent_log(log);
   auto agent =
       rig::remote::adopt_listener(key, o.serve_fd, o.port, o.host + ":" + std::to_string(o.port));
   try {
@@ -229,6 +230,7 @@ int main(int argc, char** argv) {
   std::thread(watchdog).detach();
 
   if (o.once) {
+    rig::remote::set_agent_log(log);
     try {
       auto r = rig::remote::serve(*agent, openers(o.kinds));
       log(r ? "job: closed" : "job: failed " + r.error());
