@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "remote/codec.hpp"
+#include "remote/tcp_state.hpp"
 
 namespace rig::remote {
 namespace {
@@ -307,6 +308,7 @@ void Connection::on_write(uv_write_t* req, int status) {
   Connection* c = w->conn;
   --c->writes_pending_;
   const std::int64_t now = c->reactor_.now_ms();
+  c->liveness_.sent(now);
   c->liveness_.progress(now, c->writes_pending_ > 0);
   if (w->final_message) c->ended_ms_ = now;
   if (w->done) w->done();
@@ -364,8 +366,25 @@ void Connection::tick(std::int64_t now) {
       }
       return;
     case State::open: {
+      // Progress is what the peer acknowledges: bytes waiting in the kernel count as much as
+      // those still queued here, so a peer that stops reading is caught whatever we send.
       const std::size_t backlog = backlog_bytes();
-      if (backlog < last_backlog_) liveness_.progress(now, backlog > 0 || writes_pending_ > 0);
+      uv_os_fd_t fd;
+      const auto kernel = uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd) == 0
+                              ? tcp_send_state(fd)
+                              : std::nullopt;
+      const bool waiting =
+          backlog > 0 || writes_pending_ > 0 || (kernel && kernel->queued_bytes > 0);
+      if (kernel && kernel->acked_bytes != last_acked_) {
+        last_acked_ = kernel->acked_bytes;
+        liveness_.progress(now, waiting);
+      } else if (!kernel && backlog < last_backlog_) {
+        liveness_.progress(now, waiting);
+      } else if (waiting) {
+        liveness_.backlog(now);
+      } else {
+        liveness_.settled();
+      }
       last_backlog_ = backlog;
       switch (liveness_.check(now)) {
         case Liveness::Verdict::fine:

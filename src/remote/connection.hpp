@@ -137,6 +137,7 @@ class Connection {
   std::uint64_t ticker_ = 0;
   std::size_t writes_pending_ = 0;
   std::size_t last_backlog_ = 0;
+  std::uint64_t last_acked_ = 0;
   bool final_message_pending_ = false;
   bool peer_ended_ = false;
   bool shutdown_done_ = false;

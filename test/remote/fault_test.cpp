@@ -385,3 +385,43 @@ TEST_CASE("a break ends close's wait within 200 ms; the job stays open; a later 
   fake.join();
   CHECK_FALSE(job->failed().has_value());
 }
+
+TEST_CASE("a peer that stops reading while the controller sends: the send-progress cause") {
+  ScaledTiming scaled;  // a stalled send fails the job after 1 s instead of 10 s
+  const auto key = rig::test::load_key(rig::test::make_key_file("stall"));
+  FakeAgent agent;
+  const int small = 4096;  // a small receive buffer fills fast
+  setsockopt(agent.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  std::atomic<bool> done{false};
+  std::thread fake([&] {
+    const int s = agent.accept_and_prove(key);
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    // Alive (heartbeats) but reading nothing more.
+    while (!done.load()) {
+      std::vector<std::uint8_t> bytes;
+      rig::remote::encode(rig::remote::Heartbeat{}, bytes);
+      if (::send(s, bytes.data(), bytes.size(), MSG_NOSIGNAL) <= 0) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    ::close(s);
+  });
+  auto job = rig::remote::connect(key, {{"127.0.0.1", agent.port}});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  const rig::Device host = job->hosts()[0];
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<std::string> cause;
+  try {
+    while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 20) {
+      for (int i = 0; i < 1000; ++i) (void)rig::submit(host, std::span<const rig::Part>{});
+    }
+  } catch (const rig::Lost&) {
+    cause = job->failed();
+  }
+  done = true;
+  REQUIRE(cause.has_value());
+  CHECK(*cause == agent.name() + ": a send made no progress for 1 s");
+  job->close();
+  fake.join();
+}
