@@ -425,3 +425,60 @@ TEST_CASE("a peer that stops reading while the controller sends: the send-progre
   job->close();
   fake.join();
 }
+
+namespace {
+
+// Dials 127.0.0.1:port and proves `key` as a controller of job `job`; returns the socket.
+int dial_as_controller(const rig::remote::Key& key, int port, const rig::remote::JobId& job,
+                       const std::string& agent_name) {
+  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  auto hs = rig::remote::Handshake::dialer(key, {rig::remote::Role::controller, "controller", job,
+                                                 agent_name, rig::remote::new_instance_id()});
+  std::uint8_t buf[4096];
+  while (!hs.done()) {
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    REQUIRE(n > 0);
+    hs.feed({buf, static_cast<std::size_t>(n)});
+    FakeAgent::send_all(s, hs.take_output());
+  }
+  REQUIRE(hs.state() == rig::remote::Handshake::State::proven);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("an agent told to dial itself refuses, and the job fails naming it") {
+  const std::string key_file = rig::test::make_key_file("self");
+  const auto key = rig::test::load_key(key_file);
+  Rigd a(key_file);
+  const int s = dial_as_controller(key, a.port, rig::remote::new_job_id(), "A");
+  // Two names for one agent: as "A" it dials "A2", which is itself.
+  send_message(s, rig::remote::Join{"A", {"A", "A2"}, {a.name(), a.name()}});
+  rig::remote::FrameDecoder d;
+  std::string reason;
+  for (;;) {
+    auto f = d.next();
+    REQUIRE(f.ok());
+    if (f->has_value()) {
+      auto m = rig::remote::decode(**f);
+      REQUIRE(m.ok());
+      if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) {
+        reason = abort->reason;
+        break;
+      }
+      continue;
+    }
+    std::uint8_t buf[4096];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    REQUIRE(n > 0);
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+  ::close(s);
+  CHECK(reason == "A2: is this process itself (the greeting carries this process's instance id)");
+  CHECK(a.job_end(1).value_or("").find("failed A2: is this process itself") != std::string::npos);
+}
