@@ -157,12 +157,7 @@ TEST_CASE("a stopped agent fails the job with the silence cause, not before") {
 TEST_CASE("a connection that proves nothing is dropped, and the agent goes on serving") {
   const std::string key_file = rig::test::make_key_file("silent");
   Rigd a(key_file, {"--test-timing-divisor", std::to_string(divisor)});
-  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(a.port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const int s = rig::test::connect_loopback(a.port);
   const auto t0 = std::chrono::steady_clock::now();
   // The agent greets, then waits for a proof that never comes; after 1 s (scaled) it closes.
   std::uint8_t buf[256];
@@ -431,12 +426,7 @@ namespace {
 // Dials 127.0.0.1:port and proves `key` as a controller of job `job`; returns the socket.
 int dial_as_controller(const rig::remote::Key& key, int port, const rig::remote::JobId& job,
                        const std::string& agent_name) {
-  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const int s = rig::test::connect_loopback(port);
   auto hs = rig::remote::Handshake::dialer(key, {rig::remote::Role::controller, "controller", job,
                                                  agent_name, rig::remote::new_instance_id()});
   std::uint8_t buf[4096];

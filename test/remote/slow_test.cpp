@@ -39,12 +39,7 @@ TEST_CASE("SIGSTOP an agent: the controller fails with the silence cause between
 TEST_CASE("a connection that proves nothing is dropped at 10 s; the agent still serves") {
   const std::string key_file = rig::test::make_key_file("slow-silent");
   Rigd a(key_file);
-  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(a.port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const int s = rig::test::connect_loopback(a.port);
   const auto t0 = std::chrono::steady_clock::now();
   std::uint8_t buf[256];
   ssize_t n;

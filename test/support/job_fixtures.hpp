@@ -2,7 +2,10 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -43,6 +46,17 @@ inline rig::remote::Key load_key(const std::string& file) {
   auto k = rig::remote::read_key(file);
   REQUIRE_MESSAGE(k.ok(), (k.ok() ? "" : k.error()));
   return *k;
+}
+
+// A TCP connection to 127.0.0.1:port, made by hand (no handshake).
+inline int connect_loopback(int port) {
+  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return s;
 }
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
