@@ -1,12 +1,12 @@
 // What the job tests share: key files, rigd daemons on loopback port 0, and time.
 #pragma once
 
-#include <doctest/doctest.h>
 #include <arpa/inet.h>
+#include <doctest/doctest.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
