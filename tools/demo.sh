@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # README command 1: install what is missing, build, run the main job.
 #
-# The main job is, for now, the demo controller of docs/examples/local.cpp: it drives this
-# machine's host and SIM devices and prints what it did. Arguments are passed on to it.
+# The main job is, for now, the demo controller of docs/examples/local.cpp: it runs the saxpy
+# program the build packs from docs/examples/saxpy.c on this machine's host and SIM devices and
+# prints what it did.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$rig_root"
 
 build=build
-job="$build/docs/examples/rig-example-local"
+# The job: a program the build makes, and the files it makes for it to read.
+job=("$build/docs/examples/rig-example-local" "$build/docs/examples/saxpy.rig")
 
 tools/deps.sh
 rig_configure "$build" "${rig_build_options[@]}"
@@ -18,9 +20,10 @@ meson compile -C "$build" >"$build/demo-compile.log" 2>&1 || {
   exit 1
 }
 
-if [[ ! -x "$job" ]]; then
-  echo "demo.sh: the build has no $job; docs/meson.build must build the target" \
-    "rig-example-local from docs/examples/local.cpp" >&2
-  exit 1
-fi
-exec "$job" "$@"
+for f in "${job[@]}"; do
+  if [[ ! -f "$f" ]]; then
+    echo "demo.sh: the build made no $f (docs/examples/meson.build builds it)" >&2
+    exit 1
+  fi
+done
+exec "${job[@]}"
