@@ -41,7 +41,9 @@ try:
 except (OSError, ValueError):
     sys.exit(1)
 def text(v):
-    return str(v).lower() if isinstance(v, bool) else str(v)
+    if isinstance(v, bool):
+        return str(v).lower()
+    return " ".join(v) if isinstance(v, list) else str(v)
 for option in wanted:
     name, _, value = option[2:].partition("=")
     if name not in have or text(have[name]) != value:
