@@ -22,12 +22,12 @@ rig_configure() {
   fi
   local wipe=()
   [[ -f "$dir/meson-private/coredata.dat" ]] && wipe=(--wipe)
-  meson setup "${wipe[@]}" "$dir" "$rig_root" "$@" >"$dir.setup.log" 2>&1 || {
-    cat "$dir.setup.log" >&2
-    echo "meson setup of $dir failed (log above, also in $dir.setup.log)" >&2
+  local out
+  out="$(meson setup "${wipe[@]}" "$dir" "$rig_root" "$@" 2>&1)" || {
+    printf '%s\n' "$out" >&2
+    echo "meson setup of $dir failed (above; details in $dir/meson-logs/meson-log.txt)" >&2
     return 1
   }
-  rm -f "$dir.setup.log"
 }
 
 # rig_options_match DIR -DNAME=VALUE...: whether DIR's build options already have these values.

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # README command 1: install what is missing, build, run the main job.
 #
-# The main job is, for now, the demo controller of docs/examples/local.cpp: it runs the saxpy
-# program the build packs from docs/examples/saxpy.c on this machine's host and SIM devices and
-# prints what it did.
+# The main job: first the local example (docs/examples/local.cpp: saxpy on this machine's host and
+# SIM devices, every element checked), then a job across machines on this one: `rig run` starts two
+# rigd agents on loopback with a fresh key and the remote example controller
+# (docs/examples/remote.cpp), which makes round trips to each agent's host and closes the job.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$rig_root"
 
 build=build
-# The job: a program the build makes, and the files it makes for it to read.
-job=("$build/docs/examples/rig-example-local" "$build/docs/examples/saxpy.rig")
+job="$build/docs/examples/rig-example-local"
+program="$build/docs/examples/saxpy.rig"
+remote="$build/docs/examples/rig-example-remote"
+rig="$build/tools/rig"
 
 tools/deps.sh
 rig_configure "$build" "${rig_build_options[@]}"
@@ -20,10 +23,14 @@ meson compile -C "$build" >"$build/demo-compile.log" 2>&1 || {
   exit 1
 }
 
-for f in "${job[@]}"; do
+for f in "$job" "$program" "$remote" "$rig"; do
   if [[ ! -f "$f" ]]; then
-    echo "demo.sh: the build made no $f (docs/examples/meson.build builds it)" >&2
+    echo "demo.sh: the build made no $f (docs/examples/meson.build and tools/ build them)" >&2
     exit 1
   fi
 done
-exec "${job[@]}"
+echo "== local devices: $job $program"
+"$job" "$program"
+echo
+echo "== a job on two local agents: rig run --local 2 -- $remote"
+exec "$rig" run --local 2 -- "$remote"

@@ -5,11 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
-#include <span>
-#include <functional>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -111,11 +111,11 @@ class Job {
 using Address = std::pair<std::string, int>;
 
 // Starts a job with an agent at each address, all proving `key`; every pair of the job's processes
-// connects, each step within 10 s. Error why, why starting with a machine's name and ": " (or naming
-// both machines that cannot connect), if an agent cannot be reached, serves another job, speaks
-// another protocol version or holds another key; the agents reached learn that the job failed.
-// Raises std::invalid_argument if `agents` is empty or lists an address twice, or a job of this
-// process is open.
+// connects, each step within 10 s. Error why, why starting with a machine's name and ": " (or
+// naming both machines that cannot connect), if an agent cannot be reached, serves another job,
+// speaks another protocol version or holds another key; the agents reached learn that the job
+// failed. Raises std::invalid_argument if `agents` is empty or lists an address twice, or a job of
+// this process is open.
 Result<Job> connect(const Key& key, const std::vector<Address>& agents);
 
 // The job a launcher (rig run) set up for this process through RIG_REMOTE_REPORT,

@@ -1,11 +1,15 @@
 // The agent's side of a job: listen, then serve one job on the caller's thread: accept and prove
 // connections, join the job's other agents, answer the controller, end in order or fail whole.
 #include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <set>
 
 #include "core/arch.hpp"
@@ -40,7 +44,9 @@ Agent::Agent(std::unique_ptr<AgentState> s) : s_(std::move(s)) {}
 Agent::Agent(Agent&&) noexcept = default;
 Agent& Agent::operator=(Agent&&) noexcept = default;
 Agent::~Agent() = default;
-int Agent::port() const { return s_->port; }
+int Agent::port() const {
+  return s_->port;
+}
 
 Result<Agent> listen(const Key& key, const std::string& host, int port) {
   if (port < 0 || port > 65535) {
@@ -86,7 +92,28 @@ Agent adopt_listener(const Key& key, int fd, int port, std::string where) {
   return Agent(std::make_unique<AgentState>(key, fd, port, std::move(where)));
 }
 
-int listener_fd(const Agent& agent) { return agent.state().fd; }
+int listener_fd(const Agent& agent) {
+  return agent.state().fd;
+}
+
+namespace {
+std::mutex agent_log_mu;
+std::function<void(const std::string&)> agent_log;
+
+void log_line(const std::string& line) {
+  std::function<void(const std::string&)> f;
+  {
+    std::lock_guard lock(agent_log_mu);
+    f = agent_log;
+  }
+  if (f) f(line);
+}
+}  // namespace
+
+void set_agent_log(std::function<void(const std::string&)> log) {
+  std::lock_guard lock(agent_log_mu);
+  agent_log = std::move(log);
+}
 
 namespace {
 
@@ -158,6 +185,8 @@ class AgentJob final : public JobCore {
       c.set_peer_name("controller");
       c.tag = controller_tag;
       controller_since_ms_ = reactor_.now_ms();
+      log_line("job started by the controller at " + c.peer_address() +
+               ", which names this agent " + my_name_);
       return;
     }
     // Another agent of the job, dialed or accepted.
@@ -206,8 +235,7 @@ class AgentJob final : public JobCore {
       return;
     }
     const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
-    fail("controller: malformed message: " + std::string(name) +
-         " is not one a controller sends");
+    fail("controller: malformed message: " + std::string(name) + " is not one a controller sends");
   }
 
   void on_join(const Join& join) {
@@ -320,6 +348,25 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
   const Timing timing = job_timing();
   std::optional<std::string> cause;
   bool interrupted = false;
+  // serve's writes raise SIGPIPE on this thread when a peer resets its connection: blocked while
+  // serve runs (EPIPE is handled as the connection's end), then the caller's mask comes back.
+  sigset_t pipe_only, previous;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
+  struct RestoreMask {
+    sigset_t mask;
+    ~RestoreMask() {
+      // A SIGPIPE left pending by serve is taken here, before the mask returns.
+      sigset_t pipe_set;
+      sigemptyset(&pipe_set);
+      sigaddset(&pipe_set, SIGPIPE);
+      timespec zero{};
+      while (sigtimedwait(&pipe_set, nullptr, &zero) == SIGPIPE) {
+      }
+      pthread_sigmask(SIG_SETMASK, &mask, nullptr);
+    }
+  } restore{previous};
   {
     Reactor reactor(SteadyClock::get(), timing.tick_ms);
     AgentJob job(reactor, timing, s.key, s.fd);

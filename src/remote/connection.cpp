@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "remote/codec.hpp"
+#include "remote/tcp_state.hpp"
 
 namespace rig::remote {
 namespace {
@@ -14,7 +15,9 @@ namespace {
 // What a read asks libuv for at a time.
 constexpr std::size_t read_chunk_bytes = 64 * 1024;
 
-std::string uv_text(int code) { return uv_strerror(code); }
+std::string uv_text(int code) {
+  return uv_strerror(code);
+}
 
 }  // namespace
 
@@ -139,10 +142,10 @@ void Connection::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
     switch (c->state_) {
       case State::handshaking:
         c->handshake_->end_of_input();
-        c->owner_.on_refused(*c, c->handshake_->done() && c->handshake_->state() ==
-                                                                Handshake::State::refused
-                                     ? c->handshake_->why()
-                                     : "closed the connection during the handshake");
+        c->owner_.on_refused(
+            *c, c->handshake_->done() && c->handshake_->state() == Handshake::State::refused
+                    ? c->handshake_->why()
+                    : "closed the connection during the handshake");
         c->close_handle();
         return;
       case State::open:
@@ -156,7 +159,8 @@ void Connection::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
         // bytes have left, which the shutdown's completion tells.
         if (!eof || c->shutdown_done_) c->close_handle();
         return;
-      default: return;
+      default:
+        return;
     }
   }
   c->liveness_.received(now);
@@ -246,8 +250,8 @@ void Connection::write_buffers(std::vector<std::uint8_t> owned,
   uv_buf_t bufs[2];
   unsigned count = 0;
   if (!owned.empty()) {
-    bufs[count++] = uv_buf_init(reinterpret_cast<char*>(owned.data()),
-                                static_cast<unsigned>(owned.size()));
+    bufs[count++] =
+        uv_buf_init(reinterpret_cast<char*>(owned.data()), static_cast<unsigned>(owned.size()));
   }
   if (!payload.empty()) {
     bufs[count++] = uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(payload.data())),
@@ -304,6 +308,7 @@ void Connection::on_write(uv_write_t* req, int status) {
   Connection* c = w->conn;
   --c->writes_pending_;
   const std::int64_t now = c->reactor_.now_ms();
+  c->liveness_.sent(now);
   c->liveness_.progress(now, c->writes_pending_ > 0);
   if (w->final_message) c->ended_ms_ = now;
   if (w->done) w->done();
@@ -317,10 +322,33 @@ void Connection::broken(int code) {
       owner_.on_refused(*this, "connection failed: " + uv_text(code));
       close_handle();
       return;
-    case State::open: fail(peer_name_ + ": connection failed: " + uv_text(code)); return;
-    case State::ending: close_handle(); return;  // nothing more can be said on it
-    default: return;
+    case State::open:
+      fail(peer_name_ + ": connection failed: " + uv_text(code));
+      return;
+    case State::ending:
+      close_handle();
+      return;  // nothing more can be said on it
+    default:
+      return;
   }
+}
+
+std::string Connection::peer_address() const {
+  sockaddr_storage a{};
+  int len = sizeof a;
+  if (uv_tcp_getpeername(&tcp_, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
+  char ip[64] = "?";
+  int port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    uv_ip4_name(v4, ip, sizeof ip);
+    port = ntohs(v4->sin_port);
+    return std::string(ip) + ":" + std::to_string(port);
+  }
+  const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+  uv_ip6_name(v6, ip, sizeof ip);
+  port = ntohs(v6->sin6_port);
+  return "[" + std::string(ip) + "]:" + std::to_string(port);
 }
 
 std::size_t Connection::backlog_bytes() const noexcept {
@@ -332,18 +360,38 @@ void Connection::tick(std::int64_t now) {
     case State::connecting:
     case State::handshaking:
       if (now - started_ms_ >= timing_.handshake_timeout_ms) {
-        owner_.on_refused(*this, "no proof of the key within " +
-                                     seconds_text(timing_.handshake_timeout_ms));
+        owner_.on_refused(
+            *this, "no proof of the key within " + seconds_text(timing_.handshake_timeout_ms));
         close_handle();
       }
       return;
     case State::open: {
+      // Progress is what the peer acknowledges: bytes waiting in the kernel count as much as
+      // those still queued here, so a peer that stops reading is caught whatever we send.
       const std::size_t backlog = backlog_bytes();
-      if (backlog < last_backlog_) liveness_.progress(now, backlog > 0 || writes_pending_ > 0);
+      uv_os_fd_t fd;
+      const auto kernel = uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd) == 0
+                              ? tcp_send_state(fd)
+                              : std::nullopt;
+      const bool waiting =
+          backlog > 0 || writes_pending_ > 0 || (kernel && kernel->queued_bytes > 0);
+      if (kernel && kernel->acked_bytes != last_acked_) {
+        last_acked_ = kernel->acked_bytes;
+        liveness_.progress(now, waiting);
+      } else if (!kernel && backlog < last_backlog_) {
+        liveness_.progress(now, waiting);
+      } else if (waiting) {
+        liveness_.backlog(now);
+      } else {
+        liveness_.settled();
+      }
       last_backlog_ = backlog;
       switch (liveness_.check(now)) {
-        case Liveness::Verdict::fine: return;
-        case Liveness::Verdict::send_heartbeat: send(Heartbeat{}); return;
+        case Liveness::Verdict::fine:
+          return;
+        case Liveness::Verdict::send_heartbeat:
+          send(Heartbeat{});
+          return;
         case Liveness::Verdict::silent:
           fail(peer_name_ + ": sent nothing for " + seconds_text(timing_.silence_timeout_ms));
           return;
@@ -354,8 +402,11 @@ void Connection::tick(std::int64_t now) {
       }
       return;
     }
-    case State::ending: drain_check(now); return;
-    default: return;
+    case State::ending:
+      drain_check(now);
+      return;
+    default:
+      return;
   }
 }
 
@@ -407,7 +458,9 @@ void Connection::drain_check(std::int64_t now) {
   }
 }
 
-void Connection::close_now() { close_handle(); }
+void Connection::close_now() {
+  close_handle();
+}
 
 void Connection::close_handle() {
   if (!handle_open_) return;

@@ -89,6 +89,8 @@ class Connection {
   const std::string& peer_name() const noexcept { return peer_name_; }
   void set_peer_name(std::string name) { peer_name_ = std::move(name); }
   const Peer& peer() const { return handshake_->peer(); }
+  // The peer's address as "IP:PORT" ("[IPv6]:PORT"), or "?" once unknown.
+  std::string peer_address() const;
   // Bytes queued to send and not yet handed to the kernel.
   std::size_t backlog_bytes() const noexcept;
 
@@ -135,6 +137,7 @@ class Connection {
   std::uint64_t ticker_ = 0;
   std::size_t writes_pending_ = 0;
   std::size_t last_backlog_ = 0;
+  std::uint64_t last_acked_ = 0;
   bool final_message_pending_ = false;
   bool peer_ended_ = false;
   bool shutdown_done_ = false;

@@ -106,7 +106,9 @@ ControllerJob::ControllerJob(Reactor& reactor, const Timing& timing, Key key,
   ticker_ = reactor_.add_ticker([this](std::int64_t now) { tick(now); });
 }
 
-ControllerJob::~ControllerJob() { reactor_.remove_ticker(ticker_); }
+ControllerJob::~ControllerJob() {
+  reactor_.remove_ticker(ticker_);
+}
 
 void ControllerJob::start() {
   for (std::size_t i = 0; i < members_.size(); ++i) {
@@ -262,8 +264,9 @@ std::optional<std::string> Job::failed() const {
 }
 
 std::optional<std::string> JobState::fork_cause() const {
-  return std::string("this process is a child of the job's controller (fork): the job's "
-                     "connections belong to the parent");
+  return std::string(
+      "this process is a child of the job's controller (fork): the job's "
+      "connections belong to the parent");
 }
 
 // Waits for `signal`, coming back every break_poll_ms to honour a requested break.

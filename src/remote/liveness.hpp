@@ -29,9 +29,10 @@ class Liveness {
   }
   void progress(std::int64_t now_ms, bool backlog_left) noexcept {
     last_progress_ms_ = now_ms;
-    last_sent_ms_ = now_ms;
     backlogged_ = backlog_left;
   }
+  // Nothing waits to be sent any more.
+  void settled() noexcept { backlogged_ = false; }
 
   enum class Verdict { fine, send_heartbeat, silent, stalled };
 

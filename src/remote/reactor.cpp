@@ -9,6 +9,9 @@
 namespace rig::remote {
 namespace {
 
+// Commands run per wake-up of the loop before it turns to its timers and sockets again.
+constexpr std::size_t commands_per_turn_max = 256;
+
 std::uint64_t this_thread_token() noexcept {
   return static_cast<std::uint64_t>(pthread_self());
 }
@@ -55,7 +58,8 @@ void Reactor::run() {
 void Reactor::stop() noexcept {
   if (stopping_) return;
   stopping_ = true;
-  drain_commands();
+  // Every command posted so far runs: each completes exactly once.
+  while (QueueNode* node = queue_.pop()) static_cast<Command*>(node)->run(*this);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
 }
@@ -90,7 +94,14 @@ void Reactor::tick_now() {
 }
 
 void Reactor::drain_commands() {
-  while (QueueNode* node = queue_.pop()) static_cast<Command*>(node)->run(*this);
+  // A bounded batch per wake-up: producers that never pause must not starve the loop's timers and
+  // sockets. What is left is picked up on the loop's next turn.
+  for (std::size_t i = 0; i < commands_per_turn_max; ++i) {
+    QueueNode* node = queue_.pop();
+    if (node == nullptr) return;
+    static_cast<Command*>(node)->run(*this);
+  }
+  if (!stopping_) uv_async_send(&async_);
 }
 
 void Reactor::on_async(uv_async_t* handle) {

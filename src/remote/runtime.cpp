@@ -1,5 +1,6 @@
 #include "remote/runtime.hpp"
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -25,12 +26,22 @@ Timing next_timing;
 
 std::atomic<bool> break_flag{false};
 
-void on_sigint(int) { request_break(); }
+void on_sigint(int) {
+  request_break();
+}
 
 }  // namespace
 
 Runtime::Runtime() : timing_(job_timing()), reactor_(SteadyClock::get(), timing_.tick_ms) {
-  thread_ = std::thread([this] { reactor_.run(); });
+  thread_ = std::thread([this] {
+    // The loop thread takes no signal of the application's: they belong to its own threads. A
+    // write to a connection the peer has reset raises SIGPIPE on the writing thread; blocked here,
+    // it stays pending and harmless while the write's EPIPE is handled as the connection's end.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    reactor_.run();
+  });
   thread_.detach();  // lives as long as the process
 }
 
@@ -75,10 +86,16 @@ Timing job_timing() {
   return next_timing;
 }
 
-bool break_requested() noexcept { return break_flag.load(std::memory_order_acquire); }
-void clear_break() noexcept { break_flag.store(false, std::memory_order_release); }
+bool break_requested() noexcept {
+  return break_flag.load(std::memory_order_acquire);
+}
+void clear_break() noexcept {
+  break_flag.store(false, std::memory_order_release);
+}
 
-void request_break() noexcept { break_flag.store(true, std::memory_order_release); }
+void request_break() noexcept {
+  break_flag.store(true, std::memory_order_release);
+}
 
 void catch_break(bool on) {
   struct sigaction sa {};

@@ -18,11 +18,11 @@ namespace rig::remote {
 // A one-shot event other threads wait on. Threads: any.
 class Signal {
  public:
+  // Notifies under the lock: a waiter that sees the event may destroy the Signal at once (it often
+  // lives on the waiter's stack), so nothing may touch it after the lock is released.
   void set() {
-    {
-      std::lock_guard lock(mu_);
-      set_ = true;
-    }
+    std::lock_guard lock(mu_);
+    set_ = true;
     cv_.notify_all();
   }
   bool is_set() const {

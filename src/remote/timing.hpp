@@ -20,9 +20,10 @@ struct Timing {
   std::int64_t drain_timeout_ms = 10'000;
   // How often the loop checks the deadlines above: the bound on how late any of them fires.
   std::int64_t tick_ms = 100;
-  // The kernel's own backstop for unacknowledged data (TCP_USER_TIMEOUT), above every bound above
-  // so that it never fires first.
-  std::int64_t tcp_user_timeout_ms = 12'000;
+  // The kernel's own backstop for unacknowledged data (TCP_USER_TIMEOUT). Both it and the send
+  // rule count from the peer's last acknowledgement, so 5 s above the send rule (and its tick)
+  // means the kernel never fires first.
+  std::int64_t tcp_user_timeout_ms = 15'000;
 
   // Every time divided by `divisor` (at least 1 ms each), for tests of the rules themselves.
   Timing scaled_down(std::int64_t divisor) const {

@@ -348,8 +348,10 @@ TEST_CASE("the rig command: usage, help and unknown commands") {
       "       rig help [COMMAND]\n"
       "\n"
       "commands:\n"
+      "  check      start a job on agents, make round trips to each, print what answered\n"
       "  keygen     write a new random job key to a file (mode 0600)\n"
       "  pack       build a rig.program from a C or C++ source, or list one's targets\n"
+      "  run        start local agents and a controller program; report the job's outcome\n"
       "\n"
       "`rig COMMAND --help` describes one command.\n";
   Outcome o = rig({});

@@ -16,73 +16,15 @@
 
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
-#include "support/process.hpp"
+#include "support/job_fixtures.hpp"
 
-namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using rig::test::env;
+using rig::test::load_key;
+using rig::test::make_key_file;
 using rig::test::Process;
-
-namespace {
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  REQUIRE_MESSAGE(v != nullptr, name << " is not set (run through meson test)");
-  return v;
-}
-
-// A key file with 32 random-enough bytes and mode 0600, in a directory of the test's own.
-std::string make_key_file(const std::string& tag) {
-  const fs::path dir = fs::temp_directory_path() / ("rig-test-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  const fs::path file = dir / (tag + ".key");
-  const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  REQUIRE(fd >= 0);
-  std::string bytes = "rig test key " + tag + " 0123456789abcdefghijklmnop";
-  REQUIRE(write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
-  close(fd);
-  return file;
-}
-
-rig::remote::Key load_key(const std::string& file) {
-  auto k = rig::remote::read_key(file);
-  REQUIRE_MESSAGE(k.ok(), (k.ok() ? "" : k.error()));
-  return *k;
-}
-
-// A rigd on 127.0.0.1, port 0, and the port it chose.
-struct Rigd {
-  std::unique_ptr<Process> p;
-  int port = 0;
-
-  explicit Rigd(const std::string& key_file) {
-    p = std::make_unique<Process>(std::vector<std::string>{
-        env("RIG_RIGD"), "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", "CPU,SIM"});
-    const auto line = p->line();
-    REQUIRE_MESSAGE(line.has_value(), "rigd printed no listening line");
-    REQUIRE(line->rfind("listening 127.0.0.1:", 0) == 0);
-    port = std::stoi(line->substr(line->rfind(':') + 1));
-    REQUIRE(port > 0);
-  }
-  std::string name() const { return "127.0.0.1:" + std::to_string(port); }
-  rig::remote::Address address() const { return {"127.0.0.1", port}; }
-  // rigd's log line for the end of job `n`.
-  std::optional<std::string> job_end(int n, int ms = 5000) {
-    for (;;) {
-      auto l = p->err_until("job " + std::to_string(n) + ": ", ms);
-      if (!l || l->find("waiting for a controller") == std::string::npos) return l;
-    }
-  }
-  ~Rigd() {
-    p->signal(SIGTERM);
-    p->wait_for(5000);
-  }
-};
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-}  // namespace
+using rig::test::Rigd;
+using rig::test::seconds_since;
 
 TEST_CASE("a job on two agents: hosts, round trips, close, and the daemons serve the next job") {
   const std::string key_file = make_key_file("start");
@@ -106,8 +48,8 @@ TEST_CASE("a job on two agents: hosts, round trips, close, and the daemons serve
     job->close();
     CHECK_FALSE(job->failed().has_value());
     job->close();  // twice is nothing
-    CHECK(a.job_end(round) == "rigd[" + std::to_string(a.p->pid()) + "]: job " +
-                                  std::to_string(round) + ": closed");
+    CHECK(a.job_end(round) ==
+          "rigd[" + std::to_string(a.p->pid()) + "]: job " + std::to_string(round) + ": closed");
     CHECK(b.job_end(round).value_or("").find("closed") != std::string::npos);
   }
 }
@@ -136,7 +78,8 @@ TEST_CASE("an agent that cannot be reached fails connect with its name") {
   }
   auto job = rig::remote::connect(load_key(key_file), {a.address(), {"127.0.0.1", port}});
   REQUIRE_FALSE(job.ok());
-  CHECK(job.error() == "127.0.0.1:" + std::to_string(port) + ": cannot connect: connection refused");
+  CHECK(job.error() ==
+        "127.0.0.1:" + std::to_string(port) + ": cannot connect: connection refused");
   // The agent that was reached learns that the job failed.
   const auto end = a.job_end(1);
   REQUIRE(end.has_value());
@@ -162,9 +105,7 @@ TEST_CASE("kill -9 of an agent: the controller fails within 1 s naming it; the d
   auto job = rig::remote::connect(load_key(key_file), {a.address(), b.address()});
   REQUIRE(job.ok());
   // The job's process on `a` is rigd's child: find it through the log line.
-  const auto waiting = a.p->err_until("job 1: waiting for a controller in process ");
-  REQUIRE(waiting.has_value());
-  const pid_t child = std::stoi(waiting->substr(waiting->rfind(' ') + 1));
+  const pid_t child = a.job_pid(1);
   const auto t0 = std::chrono::steady_clock::now();
   kill(child, SIGKILL);
   const rig::Device host = job->hosts()[0];
@@ -192,7 +133,8 @@ TEST_CASE("kill -9 of an agent: the controller fails within 1 s naming it; the d
 TEST_CASE("kill -9 of the controller: each agent's job ends within 1 s") {
   const std::string key_file = make_key_file("killc");
   Rigd a(key_file), b(key_file);
-  Process controller({env("RIG_TEST_CONTROLLER"), key_file, "--hold-ms", "60000", a.name(), b.name()});
+  Process controller(
+      {env("RIG_TEST_CONTROLLER"), key_file, "--hold-ms", "60000", a.name(), b.name()});
   REQUIRE(controller.line() == "started");
   const auto t0 = std::chrono::steady_clock::now();
   controller.signal(SIGKILL);
@@ -209,8 +151,8 @@ TEST_CASE("kill -9 of the controller: each agent's job ends within 1 s") {
 
 TEST_CASE("connect's misuse") {
   const auto key = load_key(make_key_file("misuse"));
-  CHECK_THROWS_WITH_AS(rig::remote::connect(key, {}), "rig: connect: no agents",
+  CHECK_THROWS_WITH_AS((void)rig::remote::connect(key, {}), "rig: connect: no agents",
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(rig::remote::connect(key, {{"127.0.0.1", 5}, {"127.0.0.1", 5}}),
+  CHECK_THROWS_WITH_AS((void)rig::remote::connect(key, {{"127.0.0.1", 5}, {"127.0.0.1", 5}}),
                        "rig: connect: 127.0.0.1:5 is listed twice", std::invalid_argument);
 }

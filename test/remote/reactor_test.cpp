@@ -93,6 +93,7 @@ TEST_CASE("liveness: heartbeats, silence and stalled sends, on a manual clock") 
   sending.received(39'000);
   CHECK(sending.check(40'000) == Liveness::Verdict::stalled);
   sending.progress(40'000, false);
+  sending.sent(40'000);
   CHECK(sending.check(40'000) == Liveness::Verdict::fine);
 }
 

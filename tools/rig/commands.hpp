@@ -28,3 +28,10 @@ struct Command {
 
 // rig pack: builds a rig.program from a source file, or lists one's targets (pack.cpp).
 int cmd_pack(std::span<char*> args);
+
+// rig run: starts local agents and a controller program, and reports the job's outcome (run.cpp).
+int cmd_run(std::span<char*> args);
+
+// rig check: starts a job on given agents, makes round trips to each, prints what it found
+// (check.cpp).
+int cmd_check(std::span<char*> args);

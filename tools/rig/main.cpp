@@ -12,11 +12,15 @@ namespace {
 using rig::cli::Command;
 
 // keygen takes the words after its name.
-int keygen(std::span<char*> args) { return cmd_keygen(args.subspan(1)); }
+int keygen(std::span<char*> args) {
+  return cmd_keygen(args.subspan(1));
+}
 
 constexpr Command commands[] = {
+    {"check", "start a job on agents, make round trips to each, print what answered", cmd_check},
     {"keygen", "write a new random job key to a file (mode 0600)", keygen},
     {"pack", "build a rig.program from a C or C++ source, or list one's targets", cmd_pack},
+    {"run", "start local agents and a controller program; report the job's outcome", cmd_run},
 };
 
 void usage(std::FILE* out) {

@@ -2,7 +2,10 @@
 // another, each in a fresh child process (a failed device can leave a process unusable; the daemon
 // itself stays clean), and logs one line per job start and end with the root cause.
 //
-//   rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA]
+//   rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--once]
+//
+// --once serves a single job in this process and exits with its outcome (0 closed, 1 failed): the
+// agent a launcher such as `rig run` starts, reporting on RIG_REMOTE_REPORT.
 //
 // Exit codes: 0 after a clean stop (SIGTERM or SIGINT), 1 on a runtime failure, 2 on a usage
 // error, 3 when the watchdog ends a shutdown that hangs.
@@ -50,9 +53,10 @@ void log(const std::string& line) {
 }
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "rigd: %s\nusage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA]\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "rigd: %s\nusage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--once]\n",
+      why.c_str());
   std::exit(exit_usage);
 }
 
@@ -61,6 +65,7 @@ struct Options {
   std::string host;
   int port = -1;
   std::string kinds = "CPU,SIM";
+  bool once = false;
   bool serve_child = false;  // internal: a child serving one job on the inherited socket
   int serve_fd = -1;
   int timing_divisor = 1;  // test-only: scales the liveness times down
@@ -88,6 +93,8 @@ Options parse(int argc, char** argv) {
       const long p = std::strtol(v.c_str() + colon + 1, &end, 10);
       if (*end != '\0' || p < 0 || p > 65535) usage("bad port in --listen " + v);
       o.port = static_cast<int>(p);
+    } else if (arg == "--once") {
+      o.once = true;
     } else if (arg == "--kinds") {
       o.kinds = value();
     } else if (arg == "--serve-fd") {
@@ -101,7 +108,7 @@ Options parse(int argc, char** argv) {
       o.timing_divisor = std::atoi(value().c_str());
       if (o.timing_divisor < 1) usage("--test-timing-divisor must be at least 1");
     } else if (arg == "-h" || arg == "--help") {
-      std::printf("usage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA]\n");
+      std::printf("usage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--once]\n");
       std::exit(0);
     } else {
       usage("unknown argument '" + arg + "'");
@@ -117,8 +124,8 @@ std::vector<std::pair<std::string, rig::remote::Opener>> openers(const std::stri
   std::size_t start = 0;
   while (start <= kinds.size()) {
     const std::size_t comma = kinds.find(',', start);
-    const std::string name = kinds.substr(start, comma == std::string::npos ? std::string::npos
-                                                                            : comma - start);
+    const std::string name =
+        kinds.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     const auto kind = rig::kind_from_name(name);
     if (!kind) usage("unknown device kind '" + name + "' in --kinds");
     for (const auto& o : out) {
@@ -137,8 +144,9 @@ std::vector<std::pair<std::string, rig::remote::Opener>> openers(const std::stri
 
 // The child: serve one job on the inherited socket, report its end on the report pipe, exit.
 int serve_one(const Options& o, const rig::remote::Key& key) {
-  auto agent = rig::remote::adopt_listener(key, o.serve_fd, o.port, o.host + ":" +
-                                                                        std::to_string(o.port));
+  rig::remote::set_agent_log(log);
+  auto agent =
+      rig::remote::adopt_listener(key, o.serve_fd, o.port, o.host + ":" + std::to_string(o.port));
   try {
     auto r = rig::remote::serve(agent, openers(o.kinds));
     return r ? 0 : exit_failure;
@@ -221,6 +229,18 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   std::thread(watchdog).detach();
 
+  if (o.once) {
+    rig::remote::set_agent_log(log);
+    try {
+      auto r = rig::remote::serve(*agent, openers(o.kinds));
+      log(r ? "job: closed" : "job: failed " + r.error());
+      return r ? 0 : exit_failure;
+    } catch (const rig::remote::Break&) {
+      log("job: interrupted");
+      return exit_failure;
+    }
+  }
+
   // The listening socket, handed to each child; the parent never accepts on it.
   const int listen_fd = dup(rig::remote::listener_fd(*agent));
   if (listen_fd < 0) {
@@ -247,10 +267,17 @@ int main(int argc, char** argv) {
       fcntl(listen_fd, F_SETFD, 0);
       fcntl(pipe_fds[1], F_SETFD, 0);
       setenv("RIG_REMOTE_REPORT", std::to_string(pipe_fds[1]).c_str(), 1);
-      std::vector<std::string> args = {"rigd",          "--key",  o.key_file,
-                                        "--listen",      where,    "--kinds",
-                                        o.kinds,         "--serve-fd", std::to_string(listen_fd),
-                                        "--test-timing-divisor", std::to_string(o.timing_divisor)};
+      std::vector<std::string> args = {"rigd",
+                                       "--key",
+                                       o.key_file,
+                                       "--listen",
+                                       where,
+                                       "--kinds",
+                                       o.kinds,
+                                       "--serve-fd",
+                                       std::to_string(listen_fd),
+                                       "--test-timing-divisor",
+                                       std::to_string(o.timing_divisor)};
       std::vector<char*> argv_child;
       for (auto& a : args) argv_child.push_back(a.data());
       argv_child.push_back(nullptr);

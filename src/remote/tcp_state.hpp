@@ -1,0 +1,19 @@
+// What the kernel knows of a TCP connection's sending side, for the send-progress rule: a send
+// "makes progress" when the peer acknowledges bytes, which covers bytes already handed to the
+// kernel, not only those still queued in the loop.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace rig::remote {
+
+struct TcpSendState {
+  std::uint64_t acked_bytes;   // every byte the peer has acknowledged since the connection opened
+  std::uint32_t queued_bytes;  // bytes in the kernel not yet acknowledged (sent or not)
+};
+
+// Nothing if the socket cannot say (not TCP, or a kernel without TCP_INFO's byte counts).
+std::optional<TcpSendState> tcp_send_state(int fd) noexcept;
+
+}  // namespace rig::remote

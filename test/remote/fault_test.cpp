@@ -1,0 +1,484 @@
+// Fault tests with real processes and sockets on loopback: each checks the root cause on every
+// process it can see and the bound on its detection. Liveness times are scaled down by 10 here
+// (1 s of silence instead of 10 s) through the test-only timing setting; slow_test.cpp proves the
+// real constants.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "remote/codec.hpp"
+#include "remote/frame.hpp"
+#include "remote/handshake.hpp"
+#include "remote/launch.hpp"
+#include "remote/runtime.hpp"
+#include "rig/remote.hpp"
+#include "support/job_fixtures.hpp"
+
+using namespace std::chrono_literals;
+using rig::test::Process;
+using rig::test::Rigd;
+
+namespace {
+
+constexpr int divisor = 10;  // 10 s rules become 1 s
+
+struct ScaledTiming {
+  ScaledTiming() { rig::remote::set_job_timing(rig::remote::Timing{}.scaled_down(divisor)); }
+  ~ScaledTiming() { rig::remote::set_job_timing(rig::remote::Timing{}); }
+};
+
+// A TCP listener on 127.0.0.1, port 0, that plays an agent by hand.
+struct FakeAgent {
+  int fd = -1;
+  int port = 0;
+  FakeAgent() {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 4) == 0);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~FakeAgent() { ::close(fd); }
+  std::string name() const { return "127.0.0.1:" + std::to_string(port); }
+
+  // Accepts one connection and proves `key` to it as an agent would; returns the socket.
+  int accept_and_prove(const rig::remote::Key& key) {
+    const int c = ::accept(fd, nullptr, nullptr);
+    REQUIRE(c >= 0);
+    auto hs = rig::remote::Handshake::listener(key, {rig::remote::new_instance_id()});
+    send_all(c, hs.take_output());
+    std::uint8_t buf[4096];
+    while (!hs.done()) {
+      const ssize_t n = ::read(c, buf, sizeof buf);
+      REQUIRE(n > 0);
+      hs.feed({buf, static_cast<std::size_t>(n)});
+      if (hs.state() == rig::remote::Handshake::State::verified) hs.admit(std::nullopt);
+      send_all(c, hs.take_output());
+    }
+    REQUIRE(hs.state() == rig::remote::Handshake::State::proven);
+    return c;
+  }
+  static void send_all(int c, const std::vector<std::uint8_t>& bytes) {
+    std::size_t off = 0;
+    while (off < bytes.size()) {
+      const ssize_t n = ::send(c, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      REQUIRE(n > 0);
+      off += static_cast<std::size_t>(n);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("bytes after the handshake that break the protocol fail the job, naming the problem") {
+  const std::string key_file = rig::test::make_key_file("malformed");
+  const auto key = rig::test::load_key(key_file);
+  struct Case {
+    std::vector<std::uint8_t> bytes;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {{2, 0, 0, 0, 0x7f, 0}, "malformed message: unknown type 0x7f"},
+      {{0xff, 0xff, 0xff, 0xff, 0x01},
+       "malformed message: frame length 4294967295 over the maximum 4194304"},
+      {{13, 0, 0, 0, 0x02, 90, 0, 0, 0, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'},
+       "malformed message: ABORT: reason length 90 past the end of a 12-byte body"},
+  };
+  for (const Case& c : cases) {
+    FakeAgent agent;
+    std::thread fake([&] {
+      const int s = agent.accept_and_prove(key);
+      FakeAgent::send_all(s, c.bytes);
+      // Drain until the controller closes, as a well-behaved peer would.
+      std::uint8_t buf[256];
+      while (::read(s, buf, sizeof buf) > 0) {
+      }
+      ::close(s);
+    });
+    auto job = rig::remote::connect(key, {{"127.0.0.1", agent.port}});
+    fake.join();
+    REQUIRE_FALSE(job.ok());
+    CHECK(job.error() == agent.name() + ": " + c.why);
+  }
+}
+
+TEST_CASE("a truncated frame followed by the peer's close is its close, not a hang") {
+  const auto key = rig::test::load_key(rig::test::make_key_file("truncated"));
+  FakeAgent agent;
+  std::thread fake([&] {
+    const int s = agent.accept_and_prove(key);
+    FakeAgent::send_all(s, {40, 0, 0, 0, 0x02, 1, 2});  // promises 40 bytes, sends 3
+    ::close(s);
+  });
+  auto job = rig::remote::connect(key, {{"127.0.0.1", agent.port}});
+  fake.join();
+  REQUIRE_FALSE(job.ok());
+  CHECK(job.error() == agent.name() + ": closed its connection");
+}
+
+TEST_CASE("a stopped agent fails the job with the silence cause, not before") {
+  ScaledTiming scaled;
+  const std::string key_file = rig::test::make_key_file("stop");
+  Rigd a(key_file, {"--test-timing-divisor", std::to_string(divisor)});
+  auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  const pid_t child = a.job_pid(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(child, SIGSTOP);
+  std::optional<std::string> cause;
+  while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 5) {
+    std::this_thread::sleep_for(1ms);
+  }
+  const double detected = rig::test::seconds_since(t0);
+  kill(child, SIGCONT);
+  REQUIRE(cause.has_value());
+  CHECK(*cause == a.name() + ": sent nothing for 1 s");
+  CHECK(detected >= 0.9);
+  CHECK(detected < 1.3);
+  job->close();
+  // The agent, resumed, finds its controller gone or aborting: its job ends too.
+  CHECK(a.job_end(1).has_value());
+}
+
+TEST_CASE("a connection that proves nothing is dropped, and the agent goes on serving") {
+  const std::string key_file = rig::test::make_key_file("silent");
+  Rigd a(key_file, {"--test-timing-divisor", std::to_string(divisor)});
+  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(a.port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  // The agent greets, then waits for a proof that never comes; after 1 s (scaled) it closes.
+  std::uint8_t buf[256];
+  ssize_t n;
+  while ((n = ::read(s, buf, sizeof buf)) > 0) {
+  }
+  const double dropped = rig::test::seconds_since(t0);
+  ::close(s);
+  CHECK(n == 0);
+  CHECK(dropped >= 0.9);
+  CHECK(dropped < 2.0);
+  ScaledTiming scaled;
+  auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  job->close();
+}
+
+TEST_CASE("two agents killed within 10 ms: exactly one root cause on the controller") {
+  const std::string key_file = rig::test::make_key_file("two");
+  Rigd a(key_file), b(key_file);
+  auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address(), b.address()});
+  REQUIRE(job.ok());
+  const pid_t ca = a.job_pid(1), cb = b.job_pid(1);
+  kill(ca, SIGKILL);
+  kill(cb, SIGKILL);
+  std::optional<std::string> cause;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 5) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(cause.has_value());
+  const bool one_of = *cause == a.name() + ": closed its connection" ||
+                      *cause == b.name() + ": closed its connection" ||
+                      *cause == a.name() + " aborted: " + b.name() + ": closed its connection" ||
+                      *cause == b.name() + " aborted: " + a.name() + ": closed its connection";
+  CHECK_MESSAGE(one_of, *cause);
+  // It never changes afterwards.
+  std::this_thread::sleep_for(100ms);
+  CHECK(job->failed() == cause);
+  job->close();
+}
+
+TEST_CASE("a child of fork never uses its parent's job; the parent's goes on") {
+  const std::string key_file = rig::test::make_key_file("fork");
+  Rigd a(key_file);
+  auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
+  REQUIRE(job.ok());
+  const pid_t child = fork();
+  if (child == 0) {
+    // In the child: failed from the start, and closing it touches nothing of the parent's.
+    const auto f = job->failed();
+    const bool ok = f.has_value() && f->find("fork") != std::string::npos;
+    job->close();
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(job->failed().has_value());
+  const rig::Device host = job->hosts()[0];
+  host.wait(rig::submit(host, std::span<const rig::Part>{}));
+  job->close();
+  CHECK(a.job_end(1).value_or("").find("closed") != std::string::npos);
+}
+
+TEST_CASE("RIG_REMOTE_AGENTS and RIG_REMOTE_KEY: every rule") {
+  using rig::remote::parse_agents;
+  auto ok = parse_agents("h100-b=10.0.0.2:41234,[fd00::2]=[fd00::2]:41234");
+  REQUIRE(ok.ok());
+  REQUIRE(ok->size() == 2);
+  CHECK((*ok)[0].name == "h100-b");
+  CHECK((*ok)[0].host == "10.0.0.2");
+  CHECK((*ok)[0].port == 41234);
+  CHECK((*ok)[1].name == "[fd00::2]");
+  CHECK((*ok)[1].host == "fd00::2");
+  CHECK(parse_agents("a=fd00::2:4123").error() ==
+        "RIG_REMOTE_AGENTS: 'a=fd00::2:4123': an IPv6 address needs brackets, as [fd00::2]:PORT");
+  CHECK(parse_agents("").error() == "RIG_REMOTE_AGENTS is empty");
+  CHECK(parse_agents("a=1.2.3.4").error() == "RIG_REMOTE_AGENTS: 'a=1.2.3.4': no ':PORT'");
+  CHECK(parse_agents("1.2.3.4:5").error() ==
+        "RIG_REMOTE_AGENTS: '1.2.3.4:5': not NAME=ADDRESS:PORT");
+  CHECK(parse_agents("a=1.2.3.4:0").error() ==
+        "RIG_REMOTE_AGENTS: 'a=1.2.3.4:0': port '0' is not a number from 1 to 65535");
+  CHECK(parse_agents("a=1.2.3.4:5,a=1.2.3.5:5").error() ==
+        "RIG_REMOTE_AGENTS: 'a=1.2.3.5:5': the name a is given twice");
+  CHECK(parse_agents("a=[fd00::2]4").error() ==
+        "RIG_REMOTE_AGENTS: 'a=[fd00::2]4': a bracketed address must be followed by ':PORT'");
+  const std::string hex64(64, 'a');
+  CHECK(rig::remote::parse_launcher_key(hex64).ok());
+  CHECK(rig::remote::parse_launcher_key("abc").error() ==
+        "RIG_REMOTE_KEY has 3 characters, not 64 hexadecimal ones");
+  CHECK(rig::remote::parse_launcher_key(std::string(63, 'a') + "g").error() ==
+        "RIG_REMOTE_KEY has a character that is not hexadecimal");
+}
+
+TEST_CASE("launched() with malformed variables reports the failure on the descriptor") {
+  CHECK_FALSE(rig::remote::launched().has_value());  // not launched: nothing to do
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  setenv("RIG_REMOTE_REPORT", std::to_string(p[1]).c_str(), 1);
+  setenv("RIG_REMOTE_AGENTS", "a=fd00::2:4123", 1);
+  setenv("RIG_REMOTE_KEY", std::string(64, 'a').c_str(), 1);
+  auto r = rig::remote::launched();
+  REQUIRE(r.has_value());
+  REQUIRE_FALSE(r->ok());
+  const std::string why =
+      "RIG_REMOTE_AGENTS: 'a=fd00::2:4123': an IPv6 address needs brackets, as [fd00::2]:PORT";
+  CHECK(r->error() == why);
+  CHECK(std::getenv("RIG_REMOTE_REPORT") == nullptr);
+  CHECK(std::getenv("RIG_REMOTE_AGENTS") == nullptr);
+  CHECK(std::getenv("RIG_REMOTE_KEY") == nullptr);
+  CHECK((fcntl(p[1], F_GETFD) & FD_CLOEXEC) != 0);
+  ::close(p[1]);
+  char buf[512];
+  const ssize_t n = ::read(p[0], buf, sizeof buf);
+  ::close(p[0]);
+  CHECK(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0) == "failed " + why + "\n");
+  // A report descriptor that is not open: an Error, and nothing written anywhere.
+  setenv("RIG_REMOTE_REPORT", "987", 1);
+  auto closed = rig::remote::launched();
+  REQUIRE(closed.has_value());
+  CHECK(closed->error() == "RIG_REMOTE_REPORT=987 names no open descriptor");
+}
+
+TEST_CASE("rig run with an agent that cannot start says so and fails") {
+  Process run({rig::test::env("RIG_RIG"), "run", "--local", "2", "--rigd", "/bin/false", "--",
+               "/bin/true"});
+  std::string err;
+  while (auto l = run.err_line(10'000)) err += *l + "\n";
+  const int status = run.wait();
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(err == "rig run: agent0 could not start: it printed no listening line\n");
+}
+
+TEST_CASE("Ctrl-C on an agent: its job fails with 'interrupted', which the controller hears") {
+  const std::string key_file = rig::test::make_key_file("ctrl-c");
+  Rigd a(key_file, {"--once"});
+  auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
+  REQUIRE(job.ok());
+  REQUIRE(a.p->err_until("job started by the controller at ").has_value());
+  a.p->signal(SIGINT);
+  std::optional<std::string> cause;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 5) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(cause.has_value());
+  CHECK(*cause == a.name() + " aborted: interrupted");
+  CHECK(a.p->err_until("job: interrupted").has_value());
+  CHECK(a.p->wait_for(5000));
+  job->close();
+}
+
+namespace {
+
+// Reads frames from a raw socket until one of type `M` arrives (skipping heartbeats).
+template <typename M>
+bool read_until(int s, rig::remote::FrameDecoder& d) {
+  for (;;) {
+    auto f = d.next();
+    if (!f) return false;
+    if (f->has_value()) {
+      auto m = rig::remote::decode(**f);
+      if (m && std::holds_alternative<M>(*m)) return true;
+      continue;
+    }
+    std::uint8_t buf[4096];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    if (n <= 0) return false;
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+}
+
+void send_message(int s, const rig::remote::Message& m) {
+  std::vector<std::uint8_t> bytes;
+  rig::remote::encode(m, bytes);
+  FakeAgent::send_all(s, bytes);
+}
+
+}  // namespace
+
+TEST_CASE("a break ends close's wait within 200 ms; the job stays open; a later close finishes") {
+  const auto key = rig::test::load_key(rig::test::make_key_file("break"));
+  FakeAgent agent;
+  std::atomic<bool> answer_close{false};
+  std::thread fake([&] {
+    const int s = agent.accept_and_prove(key);
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    REQUIRE(read_until<rig::remote::Close>(s, d));
+    // Hold the close unanswered (heartbeats keep the job alive) until the test says so.
+    while (!answer_close.load()) {
+      send_message(s, rig::remote::Heartbeat{});
+      std::this_thread::sleep_for(50ms);
+    }
+    send_message(s, rig::remote::Closed{});
+    ::shutdown(s, SHUT_WR);
+    std::uint8_t buf[256];
+    while (::read(s, buf, sizeof buf) > 0) {
+    }
+    ::close(s);
+  });
+  auto job = rig::remote::connect(key, {{"127.0.0.1", agent.port}});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  std::thread breaker([] {
+    std::this_thread::sleep_for(300ms);
+    rig::remote::request_break();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(job->close(), rig::remote::Break);
+  const double waited = rig::test::seconds_since(t0);
+  breaker.join();
+  CHECK(waited >= 0.29);
+  CHECK(waited < 0.3 + 0.2 + 0.1);
+  CHECK_FALSE(job->failed().has_value());
+  answer_close = true;
+  job->close();  // waits again, and now the agent answers
+  fake.join();
+  CHECK_FALSE(job->failed().has_value());
+}
+
+TEST_CASE("a peer that stops reading while the controller sends: the send-progress cause") {
+  ScaledTiming scaled;  // a stalled send fails the job after 1 s instead of 10 s
+  const auto key = rig::test::load_key(rig::test::make_key_file("stall"));
+  FakeAgent agent;
+  const int small = 4096;  // a small receive buffer fills fast
+  setsockopt(agent.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  std::atomic<bool> done{false};
+  std::thread fake([&] {
+    const int s = agent.accept_and_prove(key);
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    // Alive (heartbeats) but reading nothing more.
+    while (!done.load()) {
+      std::vector<std::uint8_t> bytes;
+      rig::remote::encode(rig::remote::Heartbeat{}, bytes);
+      if (::send(s, bytes.data(), bytes.size(), MSG_NOSIGNAL) <= 0) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    ::close(s);
+  });
+  auto job = rig::remote::connect(key, {{"127.0.0.1", agent.port}});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  const rig::Device host = job->hosts()[0];
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<std::string> cause;
+  try {
+    while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 20) {
+      for (int i = 0; i < 1000; ++i) (void)rig::submit(host, std::span<const rig::Part>{});
+    }
+  } catch (const rig::Lost&) {
+    cause = job->failed();
+  }
+  done = true;
+  REQUIRE(cause.has_value());
+  CHECK(*cause == agent.name() + ": a send made no progress for 1 s");
+  job->close();
+  fake.join();
+}
+
+namespace {
+
+// Dials 127.0.0.1:port and proves `key` as a controller of job `job`; returns the socket.
+int dial_as_controller(const rig::remote::Key& key, int port, const rig::remote::JobId& job,
+                       const std::string& agent_name) {
+  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  auto hs = rig::remote::Handshake::dialer(key, {rig::remote::Role::controller, "controller", job,
+                                                 agent_name, rig::remote::new_instance_id()});
+  std::uint8_t buf[4096];
+  while (!hs.done()) {
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    REQUIRE(n > 0);
+    hs.feed({buf, static_cast<std::size_t>(n)});
+    FakeAgent::send_all(s, hs.take_output());
+  }
+  REQUIRE(hs.state() == rig::remote::Handshake::State::proven);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("an agent told to dial itself refuses, and the job fails naming it") {
+  const std::string key_file = rig::test::make_key_file("self");
+  const auto key = rig::test::load_key(key_file);
+  Rigd a(key_file);
+  const int s = dial_as_controller(key, a.port, rig::remote::new_job_id(), "A");
+  // Two names for one agent: as "A" it dials "A2", which is itself.
+  send_message(s, rig::remote::Join{"A", {"A", "A2"}, {a.name(), a.name()}});
+  rig::remote::FrameDecoder d;
+  std::string reason;
+  for (;;) {
+    auto f = d.next();
+    REQUIRE(f.ok());
+    if (f->has_value()) {
+      auto m = rig::remote::decode(**f);
+      REQUIRE(m.ok());
+      if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) {
+        reason = abort->reason;
+        break;
+      }
+      continue;
+    }
+    std::uint8_t buf[4096];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    REQUIRE(n > 0);
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+  ::close(s);
+  CHECK(reason == "A2: is this process itself (the greeting carries this process's instance id)");
+  CHECK(a.job_end(1).value_or("").find("failed A2: is this process itself") != std::string::npos);
+}

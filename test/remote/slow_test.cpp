@@ -1,0 +1,61 @@
+// The liveness rules with their real constants: 10 s of silence, a 10 s handshake deadline. Slow
+// by nature (about 25 s in all), so in the `slow` suite, which CI runs too.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <thread>
+
+#include "rig/remote.hpp"
+#include "support/job_fixtures.hpp"
+
+using namespace std::chrono_literals;
+using rig::test::Rigd;
+
+TEST_CASE("SIGSTOP an agent: the controller fails with the silence cause between 9 and 11 s") {
+  const std::string key_file = rig::test::make_key_file("slow-stop");
+  Rigd a(key_file);
+  auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
+  REQUIRE(job.ok());
+  const pid_t child = a.job_pid(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(child, SIGSTOP);
+  std::optional<std::string> cause;
+  while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 15) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const double detected = rig::test::seconds_since(t0);
+  kill(child, SIGCONT);
+  REQUIRE(cause.has_value());
+  CHECK(*cause == a.name() + ": sent nothing for 10 s");
+  CHECK(detected >= 9.0);
+  CHECK(detected <= 11.0);
+  job->close();
+}
+
+TEST_CASE("a connection that proves nothing is dropped at 10 s; the agent still serves") {
+  const std::string key_file = rig::test::make_key_file("slow-silent");
+  Rigd a(key_file);
+  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(a.port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uint8_t buf[256];
+  ssize_t n;
+  while ((n = ::read(s, buf, sizeof buf)) > 0) {
+  }
+  const double dropped = rig::test::seconds_since(t0);
+  ::close(s);
+  CHECK(n == 0);
+  CHECK(dropped >= 9.0);
+  CHECK(dropped <= 11.0);
+  auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  job->close();
+}

@@ -1,0 +1,91 @@
+// What the job tests share: key files, rigd daemons on loopback port 0, and time.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rig/remote.hpp"
+#include "support/process.hpp"
+
+namespace rig::test {
+
+inline std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  REQUIRE_MESSAGE(v != nullptr, name << " is not set (run through meson test)");
+  return v;
+}
+
+// A key file (mode 0600) in a directory of this test process's own; `tag` makes the key distinct.
+inline std::string make_key_file(const std::string& tag) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("rig-test-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / (tag + ".key");
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  const std::string bytes = "rig test key " + tag + " 0123456789abcdefghijklmnop";
+  REQUIRE(write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+  return file;
+}
+
+inline rig::remote::Key load_key(const std::string& file) {
+  auto k = rig::remote::read_key(file);
+  REQUIRE_MESSAGE(k.ok(), (k.ok() ? "" : k.error()));
+  return *k;
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A rigd on 127.0.0.1, port 0, and the port it chose. Stopped with SIGTERM at the end.
+struct Rigd {
+  std::unique_ptr<Process> p;
+  int port = 0;
+
+  explicit Rigd(const std::string& key_file, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {env("RIG_RIGD"), "--key",   key_file, "--listen",
+                                     "127.0.0.1:0",   "--kinds", "CPU,SIM"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    p = std::make_unique<Process>(argv);
+    const auto line = p->line();
+    REQUIRE_MESSAGE(line.has_value(), "rigd printed no listening line");
+    REQUIRE(line->rfind("listening 127.0.0.1:", 0) == 0);
+    port = std::stoi(line->substr(line->rfind(':') + 1));
+    REQUIRE(port > 0);
+  }
+  ~Rigd() {
+    p->signal(SIGTERM);
+    p->wait_for(5000);
+  }
+  std::string name() const { return "127.0.0.1:" + std::to_string(port); }
+  rig::remote::Address address() const { return {"127.0.0.1", port}; }
+
+  // The process serving job `n`, from rigd's log.
+  pid_t job_pid(int n) {
+    const auto l =
+        p->err_until("job " + std::to_string(n) + ": waiting for a controller in process ");
+    REQUIRE(l.has_value());
+    return std::stoi(l->substr(l->rfind(' ') + 1));
+  }
+  // rigd's log line for the end of job `n`.
+  std::optional<std::string> job_end(int n, int ms = 5000) {
+    for (;;) {
+      auto l = p->err_until("job " + std::to_string(n) + ": ", ms);
+      if (!l || l->find("waiting for a controller") == std::string::npos) return l;
+    }
+  }
+};
+
+}  // namespace rig::test

@@ -1,0 +1,358 @@
+// rig run --local N [--kinds K] [--rigd PATH] -- PROGRAM ARGS...
+//
+// Starts N agents (rigd --once) on loopback with a fresh key, then PROGRAM as the job's controller
+// with RIG_REMOTE_AGENTS, RIG_REMOTE_KEY and RIG_REMOTE_REPORT; reads every process's report line,
+// prints each process's end and the job's outcome with its root cause, and exits 0 only if the job
+// closed in order and the controller exited 0.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "process.hpp"
+
+extern char** environ;
+
+namespace {
+
+using rig::cli::exit_failure;
+using rig::cli::exit_ok;
+using rig::cli::exit_usage;
+
+constexpr int agents_max = 64;
+// An agent that has not printed its listening line by then did not start.
+constexpr int agent_start_timeout_ms = 10'000;
+constexpr std::size_t key_bytes = 32;  // 64 hexadecimal characters in RIG_REMOTE_KEY
+
+const char* const usage_text =
+    "usage: rig run --local N [--kinds CPU,SIM,CUDA] [--rigd PATH] -- PROGRAM [ARGS...]\n"
+    "  Starts N agents on this machine (loopback) with a fresh key, then PROGRAM as the job's\n"
+    "  controller; prints how each process ended and the job's root cause.\n";
+
+int usage(const std::string& why) {
+  std::fprintf(stderr, "rig run: %s\n%s", why.c_str(), usage_text);
+  return exit_usage;
+}
+
+// One process of the job, as the launcher sees it.
+struct Member {
+  std::string name;
+  pid_t pid = -1;
+  int report_fd = -1;  // read end of its report pipe
+  int out_fd = -1;     // an agent's stdout, for its listening line
+  std::string report;  // what it reported
+  bool report_done = false;
+  int status = 0;
+  bool reaped = false;
+};
+
+// Spawns argv with `env` added to the environment, the write end `report_w` of its report pipe kept
+// open in it, and its stdout on `out_w` when that is not -1.
+std::optional<pid_t> spawn(const std::vector<std::string>& argv,
+                           const std::vector<std::string>& env, int report_w, int out_w,
+                           std::string& error) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (out_w >= 0) posix_spawn_file_actions_adddup2(&fa, out_w, STDOUT_FILENO);
+  fcntl(report_w, F_SETFD, 0);  // inherited; every other descriptor of ours is close-on-exec
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e != nullptr; ++e) env_store.emplace_back(*e);
+  for (const auto& e : env) env_store.push_back(e);
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, argv[0].c_str(), &fa, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  fcntl(report_w, F_SETFD, FD_CLOEXEC);
+  if (rc != 0) {
+    error = "cannot run " + argv[0] + ": " + std::strerror(rc);
+    return std::nullopt;
+  }
+  return pid;
+}
+
+// A line from `fd` within `ms`, or nothing.
+std::optional<std::string> read_line(int fd, int ms) {
+  std::string buf;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const auto nl = buf.find('\n');
+    if (nl != std::string::npos) return buf.substr(0, nl);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          until - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) return std::nullopt;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    char c[256];
+    const ssize_t n = read(fd, c, sizeof c);
+    if (n <= 0) return std::nullopt;
+    buf.append(c, static_cast<std::size_t>(n));
+  }
+}
+
+std::string rigd_path(const std::optional<std::string>& given) {
+  if (given) return *given;
+  if (const char* env = std::getenv("RIG_RIGD")) return env;
+  // Beside this rig: installed side by side, or in the build tree's tools/rigd/.
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    std::string dir(self);
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const std::string& candidate : {dir + "/rigd", dir + "/rigd/rigd"}) {
+      struct stat st {};
+      if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          access(candidate.c_str(), X_OK) == 0) {
+        return candidate;
+      }
+    }
+  }
+  return "rigd";  // from PATH
+}
+
+std::atomic<int> interrupt_signal{0};
+void on_interrupt(int sig) {
+  interrupt_signal.store(sig);
+}
+
+}  // namespace
+
+int cmd_run(std::span<char*> args) {
+  int local = 0;
+  std::string kinds = "CPU,SIM";
+  std::optional<std::string> rigd;
+  std::vector<std::string> program;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string a = args[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= args.size()) return std::nullopt;
+      return std::string(args[++i]);
+    };
+    if (a == "--") {
+      for (std::size_t k = i + 1; k < args.size(); ++k) program.emplace_back(args[k]);
+      break;
+    } else if (a == "--local") {
+      auto v = value();
+      if (!v) return usage("--local needs a count");
+      char* end = nullptr;
+      const long n = std::strtol(v->c_str(), &end, 10);
+      if (*end != '\0' || n < 1 || n > agents_max) {
+        return usage("--local takes a count from 1 to " + std::to_string(agents_max));
+      }
+      local = static_cast<int>(n);
+    } else if (a == "--kinds") {
+      auto v = value();
+      if (!v) return usage("--kinds needs a list");
+      kinds = *v;
+    } else if (a == "--rigd") {
+      rigd = value();
+      if (!rigd) return usage("--rigd needs a path");
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(usage_text, stdout);
+      return exit_ok;
+    } else {
+      return usage("unknown argument '" + a + "'");
+    }
+  }
+  if (local == 0) return usage("say how many local agents: --local N");
+  if (program.empty()) return usage("no PROGRAM after --");
+
+  auto dir = rig::cli::TempDir::make("rig-run");
+  if (!dir) {
+    std::fprintf(stderr, "rig run: %s\n", dir.error().c_str());
+    return exit_failure;
+  }
+  // The key: 32 random bytes as 64 hexadecimal characters, which are themselves the key's bytes.
+  if (sodium_init() < 0) {
+    std::fprintf(stderr, "rig run: libsodium failed to initialise\n");
+    return exit_failure;
+  }
+  unsigned char raw[key_bytes];
+  randombytes_buf(raw, sizeof raw);
+  char hex[2 * key_bytes + 1];
+  sodium_bin2hex(hex, sizeof hex, raw, sizeof raw);
+  sodium_memzero(raw, sizeof raw);
+  const std::string key_file = dir->path() + "/job.key";
+  {
+    const int fd = open(key_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, hex, 2 * key_bytes) != static_cast<ssize_t>(2 * key_bytes)) {
+      std::fprintf(stderr, "rig run: cannot write the job's key: %s\n", std::strerror(errno));
+      if (fd >= 0) close(fd);
+      return exit_failure;
+    }
+    close(fd);
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {
+  }, old_term{};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<Member> members;
+  const std::string rigd_exe = rigd_path(rigd);
+  auto stop_all = [&](int sig) {
+    for (Member& m : members) {
+      if (m.pid > 0 && !m.reaped) kill(m.pid, sig);
+    }
+  };
+  std::string agents_env;
+  for (int i = 0; i < local; ++i) {
+    Member m;
+    m.name = "agent" + std::to_string(i);
+    int report[2], out[2];
+    if (pipe2(report, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+      std::fprintf(stderr, "rig run: pipe: %s\n", std::strerror(errno));
+      stop_all(SIGKILL);
+      return exit_failure;
+    }
+    std::string error;
+    const auto pid =
+        spawn({rigd_exe, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", kinds, "--once"},
+              {"RIG_REMOTE_REPORT=" + std::to_string(report[1])}, report[1], out[1], error);
+    close(report[1]);
+    close(out[1]);
+    m.report_fd = report[0];
+    m.out_fd = out[0];
+    if (!pid) {
+      std::fprintf(stderr, "rig run: %s could not start: %s\n", m.name.c_str(), error.c_str());
+      stop_all(SIGKILL);
+      return exit_failure;
+    }
+    m.pid = *pid;
+    members.push_back(m);
+    const auto line = read_line(m.out_fd, agent_start_timeout_ms);
+    if (!line || line->rfind("listening ", 0) != 0) {
+      std::fprintf(stderr, "rig run: %s could not start: %s\n", m.name.c_str(),
+                   line ? ("it said '" + *line + "'").c_str() : "it printed no listening line");
+      stop_all(SIGKILL);
+      for (Member& o : members) waitpid(o.pid, nullptr, 0);
+      return exit_failure;
+    }
+    agents_env += (i == 0 ? "" : ",") + m.name + "=" + line->substr(std::strlen("listening "));
+  }
+
+  // The controller.
+  {
+    Member c;
+    c.name = "controller";
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) {
+      stop_all(SIGKILL);
+      return exit_failure;
+    }
+    std::string error;
+    const auto pid = spawn(program,
+                           {"RIG_REMOTE_AGENTS=" + agents_env, "RIG_REMOTE_KEY=" + std::string(hex),
+                            "RIG_REMOTE_REPORT=" + std::to_string(report[1])},
+                           report[1], -1, error);
+    close(report[1]);
+    c.report_fd = report[0];
+    if (!pid) {
+      std::fprintf(stderr, "rig run: %s\n", error.c_str());
+      stop_all(SIGTERM);
+      for (Member& o : members) waitpid(o.pid, nullptr, 0);
+      return exit_failure;
+    }
+    c.pid = *pid;
+    members.insert(members.begin(), c);
+  }
+  sodium_memzero(hex, sizeof hex);
+
+  // Every report until its pipe closes, then every exit.
+  bool passed_on = false;
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<Member*> who;
+    for (Member& m : members) {
+      if (!m.report_done) {
+        fds.push_back({m.report_fd, POLLIN, 0});
+        who.push_back(&m);
+      }
+    }
+    if (fds.empty()) break;
+    if (interrupt_signal.load() != 0 && !passed_on) {
+      passed_on = true;
+      stop_all(SIGINT);
+    }
+    if (poll(fds.data(), fds.size(), 200) <= 0) continue;
+    for (std::size_t k = 0; k < fds.size(); ++k) {
+      if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buf[4096];
+      const ssize_t n = read(fds[k].fd, buf, sizeof buf);
+      if (n <= 0) {
+        who[k]->report_done = true;
+        close(fds[k].fd);
+      } else {
+        who[k]->report.append(buf, static_cast<std::size_t>(n));
+      }
+    }
+  }
+  for (Member& m : members) {
+    while (waitpid(m.pid, &m.status, 0) < 0 && errno == EINTR) {
+    }
+    m.reaped = true;
+    if (m.out_fd >= 0) close(m.out_fd);
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+
+  // Each process's end: the last line of its report (the controller's first is "started").
+  std::optional<std::string> root;
+  bool closed = true;
+  for (Member& m : members) {
+    std::string end = m.report;
+    while (!end.empty() && end.back() == '\n') end.pop_back();
+    const auto nl = end.rfind('\n');
+    if (nl != std::string::npos) end = end.substr(nl + 1);
+    if (end.empty() || end == "started") {
+      end = WIFSIGNALED(m.status) ? "ended by signal " + std::to_string(WTERMSIG(m.status))
+                                  : "exited with status " + std::to_string(WEXITSTATUS(m.status)) +
+                                        " without reporting the job's end";
+      closed = false;
+      if (!root) root = m.name + " " + end;
+    } else if (end.rfind("failed ", 0) == 0) {
+      closed = false;
+      if (!root || m.name == "controller") root = end.substr(std::strlen("failed "));
+    }
+    std::printf("rig run: %-10s %s\n", m.name.c_str(), end.c_str());
+  }
+  const Member& controller = members.front();
+  const bool controller_ok = WIFEXITED(controller.status) && WEXITSTATUS(controller.status) == 0;
+  if (closed && controller_ok) {
+    std::printf("rig run: the job closed\n");
+    return exit_ok;
+  }
+  if (closed) {
+    std::printf(
+        "rig run: the job closed, but the controller %s\n",
+        WIFSIGNALED(controller.status)
+            ? ("ended by signal " + std::to_string(WTERMSIG(controller.status))).c_str()
+            : ("exited with status " + std::to_string(WEXITSTATUS(controller.status))).c_str());
+    return exit_failure;
+  }
+  std::printf("rig run: the job failed: %s\n", root ? root->c_str() : "no process said why");
+  return exit_failure;
+}
