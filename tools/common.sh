@@ -22,12 +22,12 @@ rig_configure() {
   fi
   local wipe=()
   [[ -f "$dir/meson-private/coredata.dat" ]] && wipe=(--wipe)
-  meson setup "${wipe[@]}" "$dir" "$rig_root" "$@" >"$dir.setup.log" 2>&1 || {
-    cat "$dir.setup.log" >&2
-    echo "meson setup of $dir failed (log above, also in $dir.setup.log)" >&2
+  local out
+  out="$(meson setup "${wipe[@]}" "$dir" "$rig_root" "$@" 2>&1)" || {
+    printf '%s\n' "$out" >&2
+    echo "meson setup of $dir failed (above; details in $dir/meson-logs/meson-log.txt)" >&2
     return 1
   }
-  rm -f "$dir.setup.log"
 }
 
 # rig_options_match DIR -DNAME=VALUE...: whether DIR's build options already have these values.
@@ -41,7 +41,9 @@ try:
 except (OSError, ValueError):
     sys.exit(1)
 def text(v):
-    return str(v).lower() if isinstance(v, bool) else str(v)
+    if isinstance(v, bool):
+        return str(v).lower()
+    return " ".join(v) if isinstance(v, list) else str(v)
 for option in wanted:
     name, _, value = option[2:].partition("=")
     if name not in have or text(have[name]) != value:

@@ -13,6 +13,7 @@ build=build
 job="$build/docs/examples/rig-example-local"
 program="$build/docs/examples/saxpy.rig"
 remote="$build/docs/examples/rig-example-remote"
+rig="$build/tools/rig"
 
 tools/deps.sh
 rig_configure "$build" "${rig_build_options[@]}"
@@ -22,13 +23,14 @@ meson compile -C "$build" >"$build/demo-compile.log" 2>&1 || {
   exit 1
 }
 
-if [[ ! -x "$job" ]]; then
-  echo "demo.sh: the build has no $job; docs/meson.build must build the target" \
-    "rig-example-local from docs/examples/local.cpp" >&2
-  exit 1
-fi
+for f in "$job" "$program" "$remote" "$rig"; do
+  if [[ ! -f "$f" ]]; then
+    echo "demo.sh: the build made no $f (docs/examples/meson.build and tools/ build them)" >&2
+    exit 1
+  fi
+done
 echo "== local devices: $job $program"
 "$job" "$program"
 echo
 echo "== a job on two local agents: rig run --local 2 -- $remote"
-exec "$build/tools/rig" run --local 2 -- "$remote"
+exec "$rig" run --local 2 -- "$remote"
