@@ -370,15 +370,14 @@ void Connection::tick(std::int64_t now) {
       // those still queued here, so a peer that stops reading is caught whatever we send.
       const std::size_t backlog = backlog_bytes();
       uv_os_fd_t fd;
-      const auto kernel = uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd) == 0
-                              ? tcp_send_state(fd)
-                              : std::nullopt;
-      const bool waiting =
-          backlog > 0 || writes_pending_ > 0 || (kernel && kernel->queued_bytes > 0);
-      if (kernel && kernel->acked_bytes != last_acked_) {
-        last_acked_ = kernel->acked_bytes;
+      TcpSendState kernel{0, 0};
+      const bool known = uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd) == 0 &&
+                         tcp_send_state(fd, kernel);
+      const bool waiting = backlog > 0 || writes_pending_ > 0 || kernel.queued_bytes > 0;
+      if (known && kernel.acked_bytes != last_acked_) {
+        last_acked_ = kernel.acked_bytes;
         liveness_.progress(now, waiting);
-      } else if (!kernel && backlog < last_backlog_) {
+      } else if (!known && backlog < last_backlog_) {
         liveness_.progress(now, waiting);
       } else if (waiting) {
         liveness_.backlog(now);

@@ -12,15 +12,15 @@
 
 namespace rig::remote {
 
-std::optional<TcpSendState> tcp_send_state(int fd) noexcept {
+bool tcp_send_state(int fd, TcpSendState& out) noexcept {
   tcp_info info{};
   socklen_t len = sizeof info;
-  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return std::nullopt;
-  if (len < offsetof(tcp_info, tcpi_bytes_acked) + sizeof info.tcpi_bytes_acked)
-    return std::nullopt;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  if (len < offsetof(tcp_info, tcpi_bytes_acked) + sizeof info.tcpi_bytes_acked) return false;
   int queued = 0;
-  if (ioctl(fd, SIOCOUTQ, &queued) != 0 || queued < 0) return std::nullopt;
-  return TcpSendState{info.tcpi_bytes_acked, static_cast<std::uint32_t>(queued)};
+  if (ioctl(fd, SIOCOUTQ, &queued) != 0 || queued < 0) return false;
+  out = TcpSendState{info.tcpi_bytes_acked, static_cast<std::uint32_t>(queued)};
+  return true;
 }
 
 }  // namespace rig::remote

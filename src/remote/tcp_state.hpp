@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 
 namespace rig::remote {
 
@@ -13,7 +12,8 @@ struct TcpSendState {
   std::uint32_t queued_bytes;  // bytes in the kernel not yet acknowledged (sent or not)
 };
 
-// Nothing if the socket cannot say (not TCP, or a kernel without TCP_INFO's byte counts).
-std::optional<TcpSendState> tcp_send_state(int fd) noexcept;
+// Fills `out`; false if the socket cannot say (not TCP, or a kernel without TCP_INFO's byte
+// counts). Not an optional: GCC 12 at -O1 under TSan warns, wrongly, that its value may be unset.
+bool tcp_send_state(int fd, TcpSendState& out) noexcept;
 
 }  // namespace rig::remote
