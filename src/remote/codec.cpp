@@ -128,7 +128,7 @@ Result<Message> decode(const Frame& frame) {
 std::string clamp_reason(std::string_view why) {
   if (why.size() <= reason_bytes_max) return std::string(why);
   std::size_t cut = reason_bytes_max;
-  // Back up over UTF-8 continuation bytes (10xxxxxx) so no character is split.
+  // Back up over UTF-8 continuation bytes (0x80 to 0xBF) so no character is split.
   while (cut > 0 && (static_cast<unsigned char>(why[cut]) & 0xC0) == 0x80) --cut;
   return std::string(why.substr(0, cut));
 }

@@ -21,7 +21,7 @@ struct QueueNode {
 // only. Lifetime: the reactor's; nodes stay owned by whoever pushed them (the pool).
 class MpscQueue {
  public:
-  MpscQueue() : head_(&stub_), tail_(&stub_) {}
+  MpscQueue() : head_(&sentinel_), tail_(&sentinel_) {}
   MpscQueue(const MpscQueue&) = delete;
   MpscQueue& operator=(const MpscQueue&) = delete;
 
@@ -37,7 +37,7 @@ class MpscQueue {
   QueueNode* pop() noexcept {
     QueueNode* tail = tail_;
     QueueNode* next = tail->next.load(std::memory_order_acquire);
-    if (tail == &stub_) {
+    if (tail == &sentinel_) {
       if (next == nullptr) return nullptr;
       tail_ = next;
       tail = next;
@@ -48,7 +48,7 @@ class MpscQueue {
       return tail;
     }
     if (tail != head_.load(std::memory_order_acquire)) return nullptr;  // a push is half done
-    push(&stub_);
+    push(&sentinel_);
     next = tail->next.load(std::memory_order_acquire);
     if (next != nullptr) {
       tail_ = next;
@@ -60,7 +60,7 @@ class MpscQueue {
  private:
   std::atomic<QueueNode*> head_;  // where producers push
   QueueNode* tail_;               // where the consumer pops; consumer-only
-  QueueNode stub_;
+  QueueNode sentinel_;
 };
 
 // A fixed set of preallocated nodes with a lock-free free list, so that taking and returning a
