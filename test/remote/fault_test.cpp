@@ -139,10 +139,7 @@ TEST_CASE("a stopped agent fails the job with the silence cause, not before") {
   const pid_t child = a.job_pid(1);
   const auto t0 = std::chrono::steady_clock::now();
   kill(child, SIGSTOP);
-  std::optional<std::string> cause;
-  while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 5) {
-    std::this_thread::sleep_for(1ms);
-  }
+  const auto cause = rig::test::wait_for_failure(*job, t0, 5);
   const double detected = rig::test::seconds_since(t0);
   kill(child, SIGCONT);
   REQUIRE(cause.has_value());
@@ -183,11 +180,7 @@ TEST_CASE("two agents killed within 10 ms: exactly one root cause on the control
   const pid_t ca = a.job_pid(1), cb = b.job_pid(1);
   kill(ca, SIGKILL);
   kill(cb, SIGKILL);
-  std::optional<std::string> cause;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 5) {
-    std::this_thread::sleep_for(1ms);
-  }
+  const auto cause = rig::test::wait_for_failure(*job, std::chrono::steady_clock::now(), 5);
   REQUIRE(cause.has_value());
   const bool one_of = *cause == a.name() + ": closed its connection" ||
                       *cause == b.name() + ": closed its connection" ||
@@ -300,11 +293,7 @@ TEST_CASE("Ctrl-C on an agent: its job fails with 'interrupted', which the contr
   REQUIRE(job.ok());
   REQUIRE(a.p->err_until("job started by the controller at ").has_value());
   a.p->signal(SIGINT);
-  std::optional<std::string> cause;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 5) {
-    std::this_thread::sleep_for(1ms);
-  }
+  const auto cause = rig::test::wait_for_failure(*job, std::chrono::steady_clock::now(), 5);
   REQUIRE(cause.has_value());
   CHECK(*cause == a.name() + " aborted: interrupted");
   CHECK(a.p->err_until("job: interrupted").has_value());

@@ -23,10 +23,7 @@ TEST_CASE("SIGSTOP an agent: the controller fails with the silence cause between
   const pid_t child = a.job_pid(1);
   const auto t0 = std::chrono::steady_clock::now();
   kill(child, SIGSTOP);
-  std::optional<std::string> cause;
-  while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 15) {
-    std::this_thread::sleep_for(5ms);
-  }
+  const auto cause = rig::test::wait_for_failure(*job, t0, 15);
   const double detected = rig::test::seconds_since(t0);
   kill(child, SIGCONT);
   REQUIRE(cause.has_value());

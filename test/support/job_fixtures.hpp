@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rig/remote.hpp"
@@ -61,6 +62,17 @@ inline int connect_loopback(int port) {
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Polls job.failed() until it reports a cause or `limit_s` have passed since `t0`.
+inline std::optional<std::string> wait_for_failure(const rig::remote::Job& job,
+                                                   std::chrono::steady_clock::time_point t0,
+                                                   double limit_s) {
+  std::optional<std::string> cause;
+  while (!(cause = job.failed()) && seconds_since(t0) < limit_s) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return cause;
 }
 
 // A rigd on 127.0.0.1, port 0, and the port it chose. Stopped with SIGTERM at the end.
