@@ -107,6 +107,16 @@ class Job {
   std::shared_ptr<JobState> s_;
 };
 
+// A proxy of each device of `kind` ("SIM", "CUDA") that the agent of `host`'s machine serves, in
+// the agent's order, named "SIM:0@NAME". `host` is one of the hosts() of this process's last job.
+// The first call for a kind has the agent open them (one round trip); later calls give the same
+// proxies. A proxy's arch and budget are those of the agent's device, and its buffers, copies,
+// runs and waits behave as a local device's (docs/remote.md, "Remote devices").
+// Error why, starting with the machine's name, if the agent serves no such devices or its opener
+// fails; Error with the root cause if the job has failed, or "the job has closed". Raises
+// std::invalid_argument if `host` is not a host of this process's last job.
+Result<std::vector<Device>> devices(const Device& host, const std::string& kind);
+
 // An agent's address: host (a name or a numeric address) and port.
 using Address = std::pair<std::string, int>;
 

@@ -38,6 +38,30 @@ unsigned sim_device_count() {
   return static_cast<unsigned>(n);
 }
 
+// The options rig::open(Kind::sim) gives its devices: the defaults, but for RIG_SIM_LATENCY_US
+// ("MIN-MAX", microseconds per copy or run, drawn at random per operation) and RIG_SIM_SEED, so
+// that an agent's SIM devices can be made slow and irregular for tests of ordering across machines.
+sim::Options sim_default_options(unsigned index) {
+  sim::Options o;
+  if (const char* env = std::getenv("RIG_SIM_LATENCY_US"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const unsigned long long lo = std::strtoull(env, &end, 10);
+    unsigned long long hi = lo;
+    if (*end == '-') hi = std::strtoull(end + 1, &end, 10);
+    if (*end != '\0' || hi < lo || hi > 10'000'000) {
+      throw std::invalid_argument("rig: RIG_SIM_LATENCY_US='" + std::string(env) +
+                                  "' is not MIN-MAX microseconds, at most 10 s");
+    }
+    o.latency_min_ns = lo * 1000;
+    o.latency_max_ns = hi * 1000;
+  }
+  if (const char* env = std::getenv("RIG_SIM_SEED"); env != nullptr && *env != '\0') {
+    o.seed = std::strtoull(env, nullptr, 10);
+  }
+  o.seed = o.seed * 1000003 + index;  // each device draws its own sequence
+  return o;
+}
+
 Device open_sim_locked(Opened& o, const sim::Options& options) {
   auto core = backends::make_sim_device("SIM:" + std::to_string(o.next_sim_index), options);
   ++o.next_sim_index;
@@ -73,7 +97,9 @@ std::vector<Device> open(Kind kind) {
       std::erase_if(o.sims, [](const Device& d) { return d.core()->closed(); });
       if (o.sims.empty()) {
         const unsigned n = sim_device_count();
-        for (unsigned i = 0; i < n; ++i) o.sims.push_back(open_sim_locked(o, sim::Options{}));
+        for (unsigned i = 0; i < n; ++i) {
+          o.sims.push_back(open_sim_locked(o, sim_default_options(i)));
+        }
       }
       return o.sims;
     }

@@ -5,6 +5,7 @@
 
 #include "core/device.hpp"
 #include "core/registry.hpp"
+#include "core/signals.hpp"
 #include "rig/rig.hpp"
 
 namespace rig {
@@ -99,6 +100,7 @@ std::optional<std::string> process_failure() {
 }
 
 Buffer Buffer::make(const Device& d, std::size_t bytes) {
+  const detail::SignalsBlocked blocked;
   core_of(d).check_usable();
   return Buffer(std::make_shared<detail::BufferCore>(d.core(), bytes));
 }
@@ -123,20 +125,25 @@ std::size_t Buffer::size() const {
 }
 
 std::span<std::byte> Buffer::access() const {
+  const detail::SignalsBlocked blocked;
   auto& b = core_of(*this);
   const auto& dev = b.device();
-  if (dev->info().kind != Kind::cpu) {
+  // Only this process's host memory is addressable here; a remote host's is not.
+  if (dev->info().kind != Kind::cpu || dev != host().core()) {
     throw std::invalid_argument("rig: Buffer::access on a buffer of " + dev->info().name +
                                 ": only host buffers can be accessed directly; copy it to one");
   }
   b.check_usable();
   std::vector<detail::Dep> pending;
   {
-    std::lock_guard lock(detail::Registry::get().submission_mutex());
+    const detail::SubmissionLock lock;
     if (b.uses.last_write) pending.push_back(*b.uses.last_write);
     pending.insert(pending.end(), b.uses.reads.begin(), b.uses.reads.end());
   }
-  for (const auto& dep : pending) dep.device->timeline().wait(dep.value);
+  {
+    const detail::SignalsOpen waiting;
+    for (const auto& dep : pending) dep.device->timeline().wait(dep.value);
+  }
   return {b.data(), b.size()};
 }
 

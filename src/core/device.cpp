@@ -40,20 +40,37 @@ void DeviceCore::close() {
 }
 
 std::uint64_t DeviceCore::allocate(BufferCore* buffer, std::size_t bytes) {
-  std::lock_guard lock(mem_mu_);
-  check_usable();
-  const std::uint64_t used = used_.load(std::memory_order_relaxed);
-  if (bytes > info_.budget_bytes - used) {
-    throw OutOfMemory(info_.name + ": out of memory: " + std::to_string(bytes) +
-                      " bytes asked for, " + std::to_string(info_.budget_bytes - used) + " of " +
-                      std::to_string(info_.budget_bytes) + " free");
+  {
+    // Reserve the budget first, then let the driver allocate without the lock: a proxy's
+    // allocation is a round trip to its agent, and other buffers of the device need not wait.
+    std::lock_guard lock(mem_mu_);
+    check_usable();
+    const std::uint64_t used = used_.load(std::memory_order_relaxed);
+    if (bytes > info_.budget_bytes - used) {
+      throw OutOfMemory(info_.name + ": out of memory: " + std::to_string(bytes) +
+                        " bytes asked for, " + std::to_string(info_.budget_bytes - used) + " of " +
+                        std::to_string(info_.budget_bytes) + " free");
+    }
+    used_.store(used + bytes, std::memory_order_relaxed);
   }
-  const std::uint64_t address = driver_->allocate(bytes);
+  std::uint64_t address = 0;
+  try {
+    address = driver_->allocate(bytes);
+  } catch (...) {
+    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    throw;
+  }
   if (address == 0) {
+    used_.fetch_sub(bytes, std::memory_order_relaxed);
     throw OutOfMemory(info_.name + ": out of memory: the device could not allocate " +
                       std::to_string(bytes) + " bytes");
   }
-  used_.store(used + bytes, std::memory_order_relaxed);
+  std::lock_guard lock(mem_mu_);
+  if (closed()) {
+    // Closed while the driver allocated: the memory goes back at once.
+    driver_->release(address, bytes);
+    throw std::invalid_argument(info_.name + " is closed");
+  }
   live_.insert(buffer);
   return address;
 }

@@ -53,6 +53,14 @@ struct CopyWork {
   std::size_t bytes;
 };
 
+// Where a buffer argument of a run went: its word, its access and the offset into the buffer. A
+// proxy needs them to name the buffer on the wire; local drivers use the word alone.
+struct RunBuffer {
+  std::uint32_t word;
+  Access access;
+  std::size_t offset;
+};
+
 // A validated run: the entry resolved, buffer arguments turned into device addresses.
 struct RunWork {
   std::shared_ptr<ImageCore> image;
@@ -60,6 +68,7 @@ struct RunWork {
   Shape shape;
   std::vector<std::uint64_t> words;
   std::vector<std::shared_ptr<BufferCore>> buffers;  // held until the run is done
+  std::vector<RunBuffer> buffer_args;                // parallel to `buffers`
 };
 
 using WorkPart = std::variant<CopyWork, RunWork>;
@@ -86,6 +95,17 @@ class Driver {
 
   // Whether work on this device may use memory of `other`.
   virtual bool reaches(const DeviceCore& other) const = 0;
+
+  // Before the submission lock: raises std::invalid_argument for work this driver cannot take
+  // (beyond what the core checks), and may block for flow control (a proxy's in-flight bytes).
+  // `work.deps` and `work.value` are not set yet. Local drivers take everything at once.
+  virtual void admit(const Work& work) { (void)work; }
+
+  // Under the submission lock, once `work.deps` is known and before a timeline value is given: a
+  // driver that must see its dependencies done before it can send the work (a proxy copying from
+  // this process's memory) waits for them here, or raises rig::Lost. Local drivers wait on their
+  // own queues instead and return at once.
+  virtual void ready(const Work& work) { (void)work; }
 
   // Queues `work` behind earlier work. Called with the submission lock held, so it must not block
   // on other devices' work; the driver publishes work.value on the timeline once it is done, or

@@ -5,6 +5,7 @@
 #include "core/device.hpp"
 #include "core/limits.hpp"
 #include "core/registry.hpp"
+#include "core/signals.hpp"
 #include "rig/rig.hpp"
 
 namespace rig {
@@ -85,7 +86,7 @@ detail::RunWork validate_run(DeviceCore& d, const Run& r, std::size_t part,
     misuse(where + std::to_string(r.args.size()) + " arguments, more than the " +
            std::to_string(detail::run_args_max) + " a run takes");
   }
-  detail::RunWork w{r.image.core(), entry, r.shape, {}, {}};
+  detail::RunWork w{r.image.core(), entry, r.shape, {}, {}, {}};
   w.words.reserve(r.args.size());
   for (std::size_t i = 0; i < r.args.size(); ++i) {
     if (const auto* word = std::get_if<std::uint64_t>(&r.args[i].value)) {
@@ -100,6 +101,7 @@ detail::RunWork validate_run(DeviceCore& d, const Run& r, std::size_t part,
              " is past the end of its buffer of " + std::to_string(b.size()) + " bytes");
     }
     check_reach(d, b, role.c_str(), part);
+    w.buffer_args.push_back({static_cast<std::uint32_t>(w.words.size()), mem.access, mem.offset});
     w.words.push_back(b.address() + mem.offset);
     w.buffers.push_back(mem.buffer.core());
     if (mem.access != Access::write) uses.push_back({mem.buffer.core(), false});
@@ -134,6 +136,7 @@ void set_read(std::vector<Dep>& reads, const Dep& dep) {
 }  // namespace
 
 std::uint64_t submit(const Device& d, std::span<const Part> parts) {
+  const detail::SignalsBlocked blocked;
   if (!d) misuse("submit to an empty Device handle");
   DeviceCore& dev = *d.core();
   dev.check_usable();
@@ -153,7 +156,9 @@ std::uint64_t submit(const Device& d, std::span<const Part> parts) {
     }
   }
 
-  std::lock_guard lock(detail::Registry::get().submission_mutex());
+  dev.driver().admit(work);
+
+  detail::SubmissionLock lock;
   // Checked again under the lock: a loss or close since the first check must not let work in.
   dev.check_usable();
   for (const Use& u : uses) {
@@ -163,6 +168,7 @@ std::uint64_t submit(const Device& d, std::span<const Part> parts) {
       for (const Dep& r : rec.reads) add_dep(work.deps, dev, r);
     }
   }
+  dev.driver().ready(work);
   work.value = dev.next_value();
   const Dep self{d.core(), work.value};
   for (const Use& u : uses) {
@@ -181,6 +187,7 @@ std::uint64_t submit(const Device& d, std::span<const Part> parts) {
 
 Fence copy(const Buffer& dst, std::size_t dst_offset, const Buffer& src, std::size_t src_offset,
            std::size_t bytes) {
+  const detail::SignalsBlocked blocked;
   if (!dst || !src) misuse("copy with an empty Buffer handle");
   const Device& to = dst.device();
   const Device& from = src.device();
@@ -189,15 +196,18 @@ Fence copy(const Buffer& dst, std::size_t dst_offset, const Buffer& src, std::si
     on = to;
   } else if (reaches(from, to)) {
     on = from;
-  } else {
-    misuse("copy from " + from.name() + " to " + to.name() +
-           ": neither device reaches the other; copy through a buffer both reach");
   }
   if (bytes == 0) {
-    // Nothing to move: done at once, but bounds and usability are still the caller's promise.
-    usable_buffer(dst, "destination", 0);
-    usable_buffer(src, "source", 0);
+    // Nothing to move: done at once, even between devices that cannot reach each other, but
+    // bounds and usability are still the caller's promise.
+    check_range(usable_buffer(dst, "destination", 0), dst_offset, 0, "destination", 0);
+    check_range(usable_buffer(src, "source", 0), src_offset, 0, "source", 0);
+    if (!on) on = to;
     return Fence{on, on.reached()};
+  }
+  if (!on) {
+    misuse("copy from " + from.name() + " to " + to.name() +
+           ": neither device reaches the other; copy through a buffer both reach");
   }
   const Part part = Copy{dst, dst_offset, src, src_offset, bytes};
   return Fence{on, submit(on, part)};

@@ -15,6 +15,7 @@
 #include "core/arch.hpp"
 #include "core/registry.hpp"
 #include "remote/agent.hpp"
+#include "remote/agent_work.hpp"
 #include "remote/controller.hpp"
 #include "remote/job.hpp"
 #include "remote/report.hpp"
@@ -120,8 +121,10 @@ namespace {
 // Owner: serve, on its stack. Threads: the loop thread, which is serve's caller. Lifetime: serve's.
 class AgentJob final : public JobCore {
  public:
-  AgentJob(Reactor& reactor, const Timing& timing, const Key& key, int listen_fd)
-      : JobCore(reactor, timing, key, process_instance()) {
+  AgentJob(Reactor& reactor, const Timing& timing, const Key& key, int listen_fd,
+           const std::vector<std::pair<std::string, Opener>>& kinds)
+      : JobCore(reactor, timing, key, process_instance()),
+        work_(reactor, kinds, [this](const std::string& cause) { fail(cause); }) {
     uv_tcp_init(reactor_.loop(), &listener_);
     listener_.data = this;
     listen_rc_ = uv_tcp_open(&listener_, listen_fd);
@@ -155,6 +158,7 @@ class AgentJob final : public JobCore {
   void shut() {
     if (shut_) return;
     shut_ = true;
+    work_.shut();
     stop_listening();
     reactor_.stop();
   }
@@ -184,6 +188,7 @@ class AgentJob final : public JobCore {
       my_name_ = peer.our_name;
       c.set_peer_name("controller");
       c.tag = controller_tag;
+      work_.set_controller(&c);
       controller_since_ms_ = reactor_.now_ms();
       log_line("job started by the controller at " + c.peer_address() +
                ", which names this agent " + my_name_);
@@ -214,16 +219,35 @@ class AgentJob final : public JobCore {
          " is not one an agent sends to another");
   }
 
+  void on_job_bulk(Connection& c, std::uint8_t type,
+                   std::span<const std::uint8_t> bytes) noexcept override {
+    if (c.tag != controller_tag || type != Payload::type || !ready_sent_) {
+      return JobCore::on_job_bulk(c, type, bytes);
+    }
+    work_.payload(bytes);
+  }
+
   void from_controller(Connection& c, Message&& m) {
     if (auto* join = std::get_if<Join>(&m)) return on_join(*join);
-    if (auto* mark = std::get_if<Mark>(&m)) {
-      c.send(Reached{mark->value});
+    if (AgentWork::handles(m)) {
+      if (!ready_sent_) {
+        return fail("controller: malformed message: " +
+                    std::string(std::visit([](const auto& x) { return x.name; }, m)) +
+                    " before the job started");
+      }
+      try {
+        work_.message(std::move(m));
+      } catch (const std::exception& e) {
+        // Nothing may unwind through the loop: an error of our own ends the job, named.
+        fail(e.what());
+      }
       return;
     }
     if (std::holds_alternative<Close>(m)) {
       // End in order: release the job, tell the controller, and stop listening.
       closed_in_order_ = true;
       mark_ended();
+      work_.close();
       c.send(Closed{});
       c.end(std::nullopt);
       each_connection([](Connection& other) {
@@ -294,6 +318,8 @@ class AgentJob final : public JobCore {
       return;
     }
     if (has_failed() || ended()) return;
+    work_.tick();
+    if (has_failed()) return;
     if (controller_ && !joined_ && now - controller_since_ms_ >= timing_.handshake_timeout_ms) {
       return fail("controller: sent no JOIN within " + seconds_text(timing_.handshake_timeout_ms));
     }
@@ -304,7 +330,10 @@ class AgentJob final : public JobCore {
   }
 
   // Nothing new may join a failed job.
-  void on_job_failed(const std::string&) noexcept override { stop_listening(); }
+  void on_job_failed(const std::string&) noexcept override {
+    work_.shut();
+    stop_listening();
+  }
 
   void on_finished() noexcept override { shut(); }
 
@@ -325,6 +354,7 @@ class AgentJob final : public JobCore {
   bool closed_in_order_ = false;
   bool interrupted_ = false;
   bool shut_ = false;
+  AgentWork work_;
 };
 
 }  // namespace
@@ -369,9 +399,11 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
   } restore{previous};
   {
     Reactor reactor(SteadyClock::get(), timing.tick_ms);
-    AgentJob job(reactor, timing, s.key, s.fd);
+    AgentJob job(reactor, timing, s.key, s.fd, kinds);
     s.fd = -1;  // the loop owns the socket now and closes it when serve ends
     if (job.listen_error() != 0) {
+      job.shut();  // closes the job's handles, which the loop finishes before it returns
+      reactor.run();
       return Error("cannot listen at " + s.where + ": " + uv_strerror(job.listen_error()));
     }
     reactor.run();

@@ -40,6 +40,16 @@ class BodyWriter {
     w_.u32(static_cast<std::uint32_t>(v.size()));
     for (const std::string& e : v) field(name, e, bytes_max);
   }
+  // A list of records, each written through its own fields().
+  template <typename T>
+  void field(std::string_view name, const std::vector<T>& v, std::size_t count_max) {
+    if (v.size() > count_max)
+      throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
+                                  " of " + std::to_string(v.size()) + " entries over the maximum " +
+                                  std::to_string(count_max));
+    w_.u32(static_cast<std::uint32_t>(v.size()));
+    for (const T& e : v) T::fields(e, *this);
+  }
 
  private:
   std::string_view message_;
@@ -65,6 +75,25 @@ class BodyReader {
     }
     v.clear();
     for (std::uint32_t i = 0; i < count && r_.ok(); ++i) v.push_back(r_.string(name, bytes_max));
+  }
+  template <typename T>
+  void field(std::string_view name, std::vector<T>& v, std::size_t count_max) {
+    const std::uint32_t count = r_.u32(name);
+    if (!r_.ok()) return;
+    if (count > count_max) {
+      r_.fail(std::string(name) + " count " + std::to_string(count) + " over the maximum " +
+              std::to_string(count_max));
+      return;
+    }
+    // Each record takes at least a byte, so a count beyond the bytes left is malformed before
+    // anything is allocated for it.
+    if (count > r_.remaining()) {
+      r_.fail(std::string(name) + " count " + std::to_string(count) + " past the end of the body");
+      return;
+    }
+    v.clear();
+    v.reserve(count);
+    for (std::uint32_t i = 0; i < count && r_.ok(); ++i) T::fields(v.emplace_back(), *this);
   }
 
  private:

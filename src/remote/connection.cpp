@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "remote/codec.hpp"
@@ -218,6 +219,11 @@ void Connection::frame_bytes() {
       return;
     }
     if (!next->has_value()) return;
+    if (is_bulk((*next)->type)) {
+      // Bulk bytes go to the job as they lie in the decoder's buffer: no decoding, no copy.
+      owner_.on_bulk(*this, (*next)->type, (*next)->body);
+      continue;
+    }
     auto message = decode(**next);
     if (!message) {
       fail(peer_name_ + ": " + message.error());
@@ -241,28 +247,55 @@ void Connection::send_gather(std::span<const std::uint8_t> head,
     if (done) done();
     return;
   }
-  write_buffers({head.begin(), head.end()}, payload, std::move(done));
+  const Piece pieces[] = {{nullptr, 0, head.size()}, {payload.data(), 0, payload.size()}};
+  write_buffers({head.begin(), head.end()}, pieces, std::move(done));
 }
 
-void Connection::write_buffers(std::vector<std::uint8_t> owned,
-                               std::span<const std::uint8_t> payload, std::function<void()> done) {
-  auto* stream = reinterpret_cast<uv_stream_t*>(&tcp_);
-  uv_buf_t bufs[2];
-  unsigned count = 0;
-  if (!owned.empty()) {
-    bufs[count++] =
-        uv_buf_init(reinterpret_cast<char*>(owned.data()), static_cast<unsigned>(owned.size()));
+void add_bulk_frames(std::vector<std::uint8_t>& owned, std::vector<Connection::Piece>& pieces,
+                     std::uint8_t type, std::span<const std::uint8_t> bytes) {
+  for (std::size_t at = 0; at < bytes.size(); at += chunk_bytes) {
+    const std::size_t n = std::min(chunk_bytes, bytes.size() - at);
+    const std::size_t header = owned.size();
+    owned.resize(header + frame_header_bytes);
+    write_frame_header(
+        std::span<std::uint8_t, frame_header_bytes>(owned.data() + header, frame_header_bytes),
+        type, n);
+    pieces.push_back({nullptr, header, frame_header_bytes});
+    pieces.push_back({bytes.data() + at, 0, n});
   }
-  if (!payload.empty()) {
-    bufs[count++] = uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(payload.data())),
-                                static_cast<unsigned>(payload.size()));
+}
+
+void Connection::send_pieces(std::vector<std::uint8_t> owned, std::span<const Piece> pieces,
+                             std::function<void()> done) {
+  if (state_ != State::open) {
+    if (done) done();
+    return;
+  }
+  write_buffers(std::move(owned), pieces, std::move(done));
+}
+
+void Connection::write_buffers(std::vector<std::uint8_t> owned, std::span<const Piece> pieces,
+                               std::function<void()> done) {
+  auto* stream = reinterpret_cast<uv_stream_t*>(&tcp_);
+  std::vector<uv_buf_t> bufs;
+  bufs.reserve(pieces.empty() ? 1 : pieces.size());
+  auto add = [&bufs](const std::uint8_t* p, std::size_t n) {
+    if (n > 0) {
+      bufs.push_back(uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(p)),
+                                 static_cast<unsigned>(n)));
+    }
+  };
+  if (pieces.empty()) add(owned.data(), owned.size());
+  for (const Piece& piece : pieces) {
+    add(piece.external != nullptr ? piece.external : owned.data() + piece.offset, piece.bytes);
   }
   const std::int64_t now = reactor_.now_ms();
   const bool final_message = final_message_pending_;
   final_message_pending_ = false;
+  std::size_t first = 0;
   if (writes_pending_ == 0) {
     // The fast path: straight into the socket, one syscall, no request and no epoll change.
-    const int rc = uv_try_write(stream, bufs, count);
+    const int rc = uv_try_write(stream, bufs.data(), static_cast<unsigned>(bufs.size()));
     std::size_t written = rc > 0 ? static_cast<std::size_t>(rc) : 0;
     if (rc < 0 && rc != UV_EAGAIN) {
       if (done) done();
@@ -270,7 +303,7 @@ void Connection::write_buffers(std::vector<std::uint8_t> owned,
       return;
     }
     std::size_t total = 0;
-    for (unsigned i = 0; i < count; ++i) total += bufs[i].len;
+    for (const uv_buf_t& b : bufs) total += b.len;
     if (written == total) {
       liveness_.sent(now);
       if (final_message) ended_ms_ = now;
@@ -278,12 +311,9 @@ void Connection::write_buffers(std::vector<std::uint8_t> owned,
       return;
     }
     // Skip what went out; the rest goes through a request.
-    unsigned first = 0;
     while (written >= bufs[first].len) written -= bufs[first++].len;
     bufs[first].base += written;
     bufs[first].len -= static_cast<unsigned>(written);
-    std::memmove(bufs, bufs + first, (count - first) * sizeof(uv_buf_t));
-    count -= first;
   }
   auto* w = new Write();
   w->conn = this;
@@ -292,7 +322,8 @@ void Connection::write_buffers(std::vector<std::uint8_t> owned,
   // Moving the vector keeps its buffer where it is, so bufs still point at the right bytes.
   w->owned = std::move(owned);
   w->req.data = w;
-  const int rc = uv_write(&w->req, stream, bufs, count, on_write);
+  const int rc = uv_write(&w->req, stream, bufs.data() + first,
+                          static_cast<unsigned>(bufs.size() - first), on_write);
   if (rc != 0) {
     if (w->done) w->done();
     delete w;

@@ -34,6 +34,9 @@ class ConnectionOwner {
   virtual void on_proven(Connection& c) noexcept = 0;
   // A message after the handshake, while the connection is open.
   virtual void on_message(Connection& c, Message&& m) noexcept = 0;
+  // A PAYLOAD or DATA frame's bytes, borrowed from the connection until the call returns.
+  virtual void on_bulk(Connection& c, std::uint8_t type,
+                       std::span<const std::uint8_t> bytes) noexcept = 0;
   // The connection failed, or the peer ended it, before this side ended it: `cause` is a root cause
   // naming the peer ("NAME: closed its connection"). The connection is already ending.
   virtual void on_failed(Connection& c, const std::string& cause) noexcept = 0;
@@ -76,6 +79,18 @@ class Connection {
   void send_gather(std::span<const std::uint8_t> head, std::span<const std::uint8_t> payload,
                    std::function<void()> done);
 
+  // One piece of a write: `bytes` at `external` (caller memory, valid until `done`), or, with
+  // `external` null, at `offset` in the write's own bytes.
+  struct Piece {
+    const std::uint8_t* external;
+    std::size_t offset;
+    std::size_t bytes;
+  };
+  // Queues one write of `pieces`, in order, behind everything queued before it; `owned` is kept
+  // by the connection until the write is done. Only while open (else `done` runs at once).
+  void send_pieces(std::vector<std::uint8_t> owned, std::span<const Piece> pieces,
+                   std::function<void()> done);
+
   // Ends this side: sends `final_message` if given (an ABORT or a CLOSE), half-closes, then reads
   // and discards until the peer ends its side, `drain_timeout_ms` after the end (or after the final
   // message left, if later), or `silence_timeout_ms` after the peer's last byte; then closes.
@@ -112,7 +127,9 @@ class Connection {
   void handshake_bytes(std::span<const std::uint8_t> bytes);
   void frame_bytes();
   void flush_handshake();
-  void write_buffers(std::vector<std::uint8_t> owned, std::span<const std::uint8_t> payload,
+  // Writes `pieces` (or all of `owned` when there are none): the socket first, a request for
+  // the rest.
+  void write_buffers(std::vector<std::uint8_t> owned, std::span<const Piece> pieces,
                      std::function<void()> done);
   void tick(std::int64_t now_ms);
   void fail(const std::string& cause);
@@ -145,6 +162,12 @@ class Connection {
   std::optional<Message> final_when_proven_;
   bool handle_open_ = false;
 };
+
+// Appends to a write the frames of type `type` (PAYLOAD or DATA) that carry `bytes` from where
+// they lie, chunk_bytes at most per frame: each frame's header goes into `owned`, its bytes stay in
+// the caller's memory. Nothing is appended for no bytes.
+void add_bulk_frames(std::vector<std::uint8_t>& owned, std::vector<Connection::Piece>& pieces,
+                     std::uint8_t type, std::span<const std::uint8_t> bytes);
 
 // "10 s", "0.25 s": a duration in the root causes, exact for the scaled times tests use.
 std::string seconds_text(std::int64_t ms);

@@ -13,6 +13,7 @@
 
 #include "core/device.hpp"
 #include "core/registry.hpp"
+#include "core/signals.hpp"
 #include "remote/controller.hpp"
 #include "remote/report.hpp"
 #include "remote/runtime.hpp"
@@ -26,6 +27,8 @@ constexpr std::int64_t break_poll_ms = 200;
 // The job this process has open, if any. Guarded by open_mu.
 std::mutex open_mu;
 std::shared_ptr<JobState> open_job;
+// The job this process started last, open or not (devices() takes only its hosts).
+std::weak_ptr<JobState> last_job;
 
 // How many connections this process has made to each address, for "HOST:PORT#2".
 std::map<std::string, int>& address_uses() {
@@ -56,44 +59,6 @@ Result<sockaddr_storage> resolve(const std::string& host, int port) {
   freeaddrinfo(res);
   return out;
 }
-
-// ---- The host proxy's driver: the agent's host as a device of this process.
-
-// Owner: the host's DeviceCore. Threads: any (enqueue posts to the loop). Lifetime: the device's;
-// it reaches the job through a weak reference, so a host outliving its job only raises Lost.
-class HostProxyDriver final : public rig::detail::Driver {
- public:
-  HostProxyDriver(std::weak_ptr<JobState> job, std::size_t index)
-      : job_(std::move(job)), index_(index) {}
-
-  std::uint64_t allocate(std::size_t) override { return 0; }
-  void release(std::uint64_t, std::size_t) noexcept override {}
-  std::byte* host_pointer(std::uint64_t) const noexcept override { return nullptr; }
-  bool reaches(const rig::detail::DeviceCore&) const override { return false; }
-
-  void enqueue(rig::detail::Work work) override {
-    if (!work.parts.empty()) {
-      throw std::invalid_argument(
-          "rig: copies and runs on a remote host go through its machine's devices");
-    }
-    auto job = job_.lock();
-    if (!job) return;
-    const std::uint64_t value = work.value;
-    const std::size_t index = index_;
-    Runtime::get().post([job, index, value] {
-      if (job->core) job->core->mark(index, value);
-    });
-  }
-
-  Result<std::unique_ptr<rig::detail::Module>> load(const Program&) override {
-    return Error("programs on a remote host arrive with remote devices");
-  }
-  void stop() noexcept override {}
-
- private:
-  std::weak_ptr<JobState> job_;
-  const std::size_t index_;
-};
 
 // ---- ControllerJob
 
@@ -152,11 +117,17 @@ void ControllerJob::on_job_message(Connection& c, Message&& m) noexcept {
     if (++ready_ == members_.size()) started();
     return;
   }
-  if (auto* reached = std::get_if<Reached>(&m)) {
-    if (!member.host) return fail(c.peer_name() + ": malformed message: REACHED before READY");
-    member.host->timeline().publish(reached->value);
-    return;
+  if (!member.host && !std::holds_alternative<Closed>(m)) {
+    const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
+    return fail(c.peer_name() + ": malformed message: " + std::string(name) + " before READY");
   }
+  if (std::holds_alternative<Reached>(m))
+    return answer(c, member, Expect::Kind::reached, std::move(m));
+  if (std::holds_alternative<Opened>(m))
+    return answer(c, member, Expect::Kind::opened, std::move(m));
+  if (std::holds_alternative<Made>(m)) return answer(c, member, Expect::Kind::made, std::move(m));
+  if (std::holds_alternative<Loaded>(m))
+    return answer(c, member, Expect::Kind::loaded, std::move(m));
   if (std::holds_alternative<Closed>(m)) {
     // The agent has let go of the job and stopped listening; now both ends close the connection.
     member.closed = true;
@@ -172,8 +143,9 @@ void ControllerJob::started() {
   for (std::size_t i = 0; i < members_.size(); ++i) {
     auto core = std::make_shared<rig::detail::DeviceCore>(rig::detail::DeviceInfo{
         Kind::cpu, "CPU@" + members_[i].name, members_[i].host_arch, members_[i].host_budget});
-    core->attach(std::make_unique<HostProxyDriver>(state_, i));
+    core->attach(std::make_unique<RemoteDriver>(state_, i, 0));
     members_[i].host = core;
+    members_[i].devices[0] = core;
     try {
       rig::detail::Registry::get().add(core);
     } catch (const Lost& e) {
@@ -190,9 +162,150 @@ void ControllerJob::started() {
   state_->started.set();
 }
 
-void ControllerJob::mark(std::size_t index, std::uint64_t value) {
-  if (index >= members_.size() || !members_[index].connection) return;
-  members_[index].connection->send(Mark{value});
+void ControllerJob::send(std::size_t index, std::vector<std::uint8_t> owned,
+                         std::vector<Connection::Piece> pieces, std::optional<Expect> expect,
+                         std::shared_ptr<const void> keep) {
+  Member* m = index < members_.size() ? &members_[index] : nullptr;
+  if (has_failed() || closing_ || m == nullptr || m->connection == nullptr ||
+      m->connection->state() != Connection::State::open) {
+    if (expect && expect->reply) {
+      const auto cause = outcome()->cause();
+      expect->reply->failed = cause ? *cause : "the job has closed";
+      expect->reply->done.set();
+    }
+    return;
+  }
+  if (expect) {
+    if (expect->kind == Expect::Kind::reached) {
+      auto device = m->devices.find(expect->device_id);
+      if (device == m->devices.end()) return;  // not a device of this job: cannot happen
+      expect->device = device->second;
+    }
+    m->expects.push_back(std::move(*expect));
+  }
+  std::function<void()> done;
+  if (keep) done = [keep = std::move(keep)] {};
+  m->connection->send_pieces(std::move(owned), pieces, std::move(done));
+}
+
+namespace {
+const char* expect_name(Expect::Kind k) {
+  switch (k) {
+    case Expect::Kind::reached:
+      return "REACHED";
+    case Expect::Kind::opened:
+      return "OPENED";
+    case Expect::Kind::made:
+      return "MADE";
+    case Expect::Kind::loaded:
+      return "LOADED";
+  }
+  return "?";
+}
+}  // namespace
+
+void ControllerJob::answer(Connection& c, Member& member, Expect::Kind kind, Message&& m) {
+  const std::string bad = c.peer_name() + ": malformed message: ";
+  if (member.expects.empty() || member.expects.front().kind != kind) {
+    return fail(bad + expect_name(kind) + " where " +
+                (member.expects.empty() ? std::string("nothing")
+                                        : std::string(expect_name(member.expects.front().kind))) +
+                " was due");
+  }
+  Expect& e = member.expects.front();
+  if (kind == Expect::Kind::reached) {
+    const auto& r = std::get<Reached>(m);
+    if (r.device != e.device_id || r.value != e.value) {
+      return fail(bad + "REACHED device " + std::to_string(r.device) + " value " +
+                  std::to_string(r.value) + " where device " + std::to_string(e.device_id) +
+                  " value " + std::to_string(e.value) + " was due");
+    }
+    if (e.copy_index < e.copies.size()) {
+      return fail(bad + "REACHED value " + std::to_string(r.value) + " before the bytes of its " +
+                  "copies into this process's memory");
+    }
+    // The copies' bytes are in place: the value may now say so (release order, in publish).
+    e.device->timeline().publish(e.value);
+    static_cast<RemoteDriver&>(e.device->driver()).reached(e.inflight_bytes);
+    member.expects.pop_front();  // drops the work, and with it the last use of its buffers
+    return;
+  }
+  std::vector<Device> devices;
+  if (kind == Expect::Kind::opened) devices = opened(member, c.tag, std::get<Opened>(m));
+  if (has_failed()) return;
+  std::shared_ptr<Reply> reply = std::move(e.reply);
+  reply->devices = std::move(devices);
+  member.expects.pop_front();
+  reply->answer = std::move(m);
+  reply->done.set();
+}
+
+std::vector<Device> ControllerJob::opened(Member& member, std::size_t index, const Opened& o) {
+  std::vector<Device> out;
+  if (!o.why.empty()) return out;
+  // Proxies of devices seen for the first time; a device opened before keeps its proxy.
+  for (const WireDevice& d : o.devices) {
+    if (d.id == 0) {
+      fail(member.name + ": malformed message: OPENED device id 0");
+      return {};
+    }
+    if (auto known = member.devices.find(d.id); known != member.devices.end()) {
+      out.push_back(Device(known->second));
+      continue;
+    }
+    const auto kind = kind_from_name(d.name.substr(0, d.name.find(':')));
+    if (!kind) {
+      fail(member.name + ": malformed message: OPENED device '" + d.name + "' of no known kind");
+      return {};
+    }
+    auto core = std::make_shared<rig::detail::DeviceCore>(
+        rig::detail::DeviceInfo{*kind, d.name + "@" + member.name, d.arch, d.budget});
+    core->attach(std::make_unique<RemoteDriver>(state_, index, d.id));
+    try {
+      rig::detail::Registry::get().add(core);
+    } catch (const Lost& e) {
+      fail(e.what());
+      return {};
+    }
+    member.devices[d.id] = core;
+    out.push_back(Device(core));
+  }
+  for (const WireReach& r : o.reaches) {
+    auto from = member.devices.find(r.from);
+    if (from == member.devices.end() || member.devices.count(r.to) == 0) {
+      fail(member.name + ": malformed message: OPENED reach " + std::to_string(r.from) + " to " +
+           std::to_string(r.to) + " names a device it did not open");
+      return {};
+    }
+    static_cast<RemoteDriver&>(from->second->driver()).add_reach(r.to);
+  }
+  return out;
+}
+
+void ControllerJob::on_job_bulk(Connection& c, std::uint8_t type,
+                                std::span<const std::uint8_t> bytes) noexcept {
+  Member& member = members_[c.tag];
+  const std::string bad = c.peer_name() + ": malformed message: ";
+  if (type != Data::type) return fail(bad + "PAYLOAD is not one an agent sends");
+  if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) {
+    return fail(bad + "DATA where no copy into this process's memory was due");
+  }
+  Expect& e = member.expects.front();
+  // The bytes go where the copy asked, as they come; they may run across copies of the work.
+  while (!bytes.empty()) {
+    if (e.copy_index >= e.copies.size()) {
+      return fail(bad + "DATA beyond the bytes of the copies of value " + std::to_string(e.value));
+    }
+    CopyBack& to = e.copies[e.copy_index];
+    const std::size_t n = std::min(bytes.size(), to.bytes - e.copy_done);
+    std::memcpy(to.at + e.copy_done, bytes.data(), n);
+    bytes = bytes.subspan(n);
+    e.copy_done += n;
+    if (e.copy_done == to.bytes) {
+      ++e.copy_index;
+      e.copy_done = 0;
+    }
+  }
 }
 
 void ControllerJob::close() {
@@ -213,17 +326,25 @@ void ControllerJob::tick(std::int64_t now) {
       }
     }
   }
-  // A host lost on this process other than by a close (rig::fail, say) fails the job.
+  // A host or proxy lost on this process other than by a close (rig::fail, say) fails the job.
   for (const Member& m : members_) {
-    if (m.host && m.host->timeline().lost() && !m.host->closed()) {
-      return fail(m.host->timeline().why());
+    for (const auto& [id, device] : m.devices) {
+      if (device->timeline().lost() && !device->closed()) return fail(device->timeline().why());
     }
   }
 }
 
 void ControllerJob::on_job_failed(const std::string& cause) noexcept {
   for (Member& m : members_) {
-    if (m.host) m.host->lose(cause);
+    for (auto& [id, device] : m.devices) device->lose(cause);
+    // Every caller waiting for an answer wakes with the cause; the work held here lets go.
+    for (Expect& e : m.expects) {
+      if (e.reply) {
+        e.reply->failed = cause;
+        e.reply->done.set();
+      }
+    }
+    m.expects.clear();
   }
   state_->report_failed(cause);
 }
@@ -286,7 +407,17 @@ void Job::close() {
     s_->closed = true;
     return;
   }
-  // Hosts first: each waits for the work submitted on its machine.
+  // Each machine's devices first, then its host: each waits for the work submitted to it.
+  std::vector<Device> proxies;
+  {
+    std::lock_guard lock(s_->mu);
+    for (const auto& [key, devices] : s_->opened) {
+      proxies.insert(proxies.end(), devices.begin(), devices.end());
+    }
+  }
+  for (const Device& d : proxies) {
+    if (!failure(d)) rig::close(d);
+  }
   for (const Device& h : s_->hosts) {
     if (!failure(h)) rig::close(h);
   }
@@ -298,6 +429,7 @@ void Job::close() {
     }
     wait_breakable(s_->finished);
   } else {
+    for (const Device& d : proxies) rig::close(d);
     for (const Device& h : s_->hosts) rig::close(h);
   }
   if (!s_->outcome->cause()) s_->report_closed();
@@ -338,6 +470,7 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
       throw std::invalid_argument("rig: connect: a job of this process is open; close it first");
     }
     open_job = state;
+    last_job = state;
   }
   static const bool at_exit = [] {
     std::atexit(close_at_exit);
@@ -370,6 +503,44 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
     return Error(*cause);
   }
   return Job(state);
+}
+
+Result<std::vector<Device>> devices(const Device& host, const std::string& kind) {
+  const rig::detail::SignalsBlocked blocked;
+  if (!host) throw std::invalid_argument("rig: devices() of an empty Device handle");
+  const auto* driver = dynamic_cast<const RemoteDriver*>(&host.core()->driver());
+  if (driver == nullptr || driver->id() != 0) {
+    throw std::invalid_argument("rig: devices(): " + host.name() +
+                                " is not a host that a job's hosts() gave");
+  }
+  auto job = driver->job().lock();
+  {
+    std::lock_guard lock(open_mu);
+    if (!job || job != last_job.lock()) {
+      throw std::invalid_argument("rig: devices(): " + host.name() +
+                                  " is a host of a job other than this process's last");
+    }
+  }
+  if (job->closed.load() || job->close_sent.load()) return Error("the job has closed");
+  if (auto cause = job->outcome->cause()) return Error(*cause);
+  const std::size_t member = driver->member();
+  const auto key = std::make_pair(member, kind);
+  {
+    std::lock_guard lock(job->mu);
+    if (auto it = job->opened.find(key); it != job->opened.end()) return it->second;
+  }
+  std::shared_ptr<Reply> reply;
+  try {
+    reply = round_trip(job, member, Open{kind}, Expect::Kind::opened);
+  } catch (const Lost& e) {
+    return Error(e.what());
+  }
+  const auto& opened = std::get<Opened>(*reply->answer);
+  const std::string machine = host.name().substr(host.name().find('@') + 1);
+  if (!opened.why.empty()) return Error(machine + ": " + opened.why);
+  std::lock_guard lock(job->mu);
+  // Two threads may open one kind at once: both get the same proxies, the first list is kept.
+  return job->opened.emplace(key, reply->devices).first->second;
 }
 
 Result<Job> connect(const Key& key, const std::vector<Address>& agents) {

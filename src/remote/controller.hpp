@@ -5,6 +5,8 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include "core/device.hpp"
 #include "remote/job.hpp"
+#include "remote/proxy.hpp"
 #include "remote/runtime.hpp"
 #include "rig/remote.hpp"
 
@@ -30,6 +33,9 @@ struct Member {
   std::string host_arch;
   std::uint64_t host_budget = 0;
   std::shared_ptr<rig::detail::DeviceCore> host;
+  // The machine's devices by the agent's id (0: the host), and what its agent owes, in order.
+  std::map<std::uint32_t, std::shared_ptr<rig::detail::DeviceCore>> devices;
+  std::deque<Expect> expects;
 };
 
 // What a Job handle refers to. Owner: the handles and the host proxies (weakly). Threads: any for
@@ -38,6 +44,8 @@ struct JobState {
   std::shared_ptr<JobOutcome> outcome = std::make_shared<JobOutcome>();
   std::mutex mu;
   std::vector<Device> hosts;  // set once, before `started`
+  // devices(): the proxies of each (machine, kind) opened so far. Guarded by mu.
+  std::map<std::pair<std::size_t, std::string>, std::vector<Device>> opened;
   Signal started;
   Signal finished;  // every connection has closed
   std::atomic<bool> close_sent{false};
@@ -65,8 +73,13 @@ class ControllerJob final : public JobCore {
   ~ControllerJob() override;
 
   void start();
-  // An empty submission to agent `index`'s host: MARK, answered by REACHED.
-  void mark(std::size_t index, std::uint64_t value);
+  // Sends one write to agent `index`: a message and the frames after it. `expect`, unless empty
+  // (a FREE, an UNLOAD), joins what the agent owes. If the job has failed or closed, a round
+  // trip's reply learns so at once.
+  // `keep` holds the memory the pieces point at until the write is done or given up.
+  void send(std::size_t index, std::vector<std::uint8_t> owned,
+            std::vector<Connection::Piece> pieces, std::optional<Expect> expect,
+            std::shared_ptr<const void> keep = {});
   // Sends CLOSE to every agent.
   void close();
 
@@ -74,6 +87,11 @@ class ControllerJob final : public JobCore {
   void on_proven(Connection& c) noexcept override;
   void on_refused(Connection& c, const std::string& why) noexcept override;
   void on_job_message(Connection& c, Message&& m) noexcept override;
+  void on_job_bulk(Connection& c, std::uint8_t type,
+                   std::span<const std::uint8_t> bytes) noexcept override;
+  // An answer of the agent: it must be what the head of its queue expects.
+  void answer(Connection& c, Member& member, Expect::Kind kind, Message&& m);
+  std::vector<Device> opened(Member& member, std::size_t index, const Opened& o);
   void on_job_failed(const std::string& cause) noexcept override;
   void on_finished() noexcept override;
   void started();

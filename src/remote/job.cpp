@@ -48,6 +48,12 @@ void JobCore::on_message(Connection& c, Message&& m) noexcept {
   on_job_message(c, std::move(m));
 }
 
+void JobCore::on_job_bulk(Connection& c, std::uint8_t type,
+                          std::span<const std::uint8_t>) noexcept {
+  fail(c.peer_name() + ": malformed message: " + std::string(message_name(type)) +
+       " where none was expected");
+}
+
 void JobCore::on_failed(Connection&, const std::string& cause) noexcept {
   if (ended_ && !has_failed()) return;  // closed in order: a connection's end is expected now
   fail(cause);

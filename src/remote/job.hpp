@@ -62,8 +62,16 @@ class JobCore : public ConnectionOwner {
   // A message other than ABORT on an open connection.
   virtual void on_job_message(Connection& c, Message&& m) noexcept = 0;
 
+  // PAYLOAD or DATA bytes; by default they are unexpected, so the job fails.
+  virtual void on_job_bulk(Connection& c, std::uint8_t type,
+                           std::span<const std::uint8_t> bytes) noexcept;
+
   // ConnectionOwner, shared by both roles.
   void on_message(Connection& c, Message&& m) noexcept override;
+  void on_bulk(Connection& c, std::uint8_t type,
+               std::span<const std::uint8_t> bytes) noexcept override {
+    on_job_bulk(c, type, bytes);
+  }
   void on_failed(Connection& c, const std::string& cause) noexcept override;
   void on_closed(Connection& c) noexcept override;
 

@@ -40,6 +40,18 @@ inline constexpr std::size_t mac_bytes = 32;
 // Agents in one job: a bound on what a JOIN may make an agent dial and allocate.
 inline constexpr std::size_t agents_max = 1024;
 
+// Remote devices. A submission's parts and a run's arguments are bounded as the local runtime
+// bounds them; a device list as generously as anyone has GPUs in one machine.
+inline constexpr std::size_t wire_parts_max = 4096;
+inline constexpr std::size_t wire_args_max = 256;
+inline constexpr std::size_t wire_devices_max = 1024;
+inline constexpr std::size_t wire_reaches_max = wire_devices_max * wire_devices_max;
+// Bulk bytes (copies, programs) travel in PAYLOAD and DATA frames of at most this much: big enough
+// that TCP streams at full speed, small enough that the frame limit keeps its meaning.
+inline constexpr std::size_t chunk_bytes = 1 * MiB;
+// A program sent to an agent: as large as a rig.program file may be read.
+inline constexpr std::uint64_t program_bytes_max = 4ull * 1024 * MiB;
+
 // A connection that has not proven the key by then is dropped (the reactor's deadline).
 inline constexpr std::uint64_t handshake_timeout_ms = 10'000;
 

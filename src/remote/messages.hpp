@@ -96,32 +96,257 @@ struct Ready {
   friend bool operator==(const Ready&, const Ready&) = default;
 };
 
-// Controller to agent: an empty submission to the agent's host, reached once the agent has applied
-// every message before it. The agent answers REACHED with the same value.
-struct Mark {
-  static constexpr std::uint8_t type = 0x12;
-  static constexpr std::string_view name = "MARK";
-  std::uint64_t value = 0;
-  template <typename M, typename F>
-  static void fields(M& m, F& f) {
-    f.field("value", m.value);
-  }
-  friend bool operator==(const Mark&, const Mark&) = default;
-};
-
-// Agent to controller: the host's timeline has reached `value`.
+// Agent to controller: the agent's device `device` (0: its host) has done the work of `value` of
+// that device's timeline, and every copy of that work into the controller's memory has come back
+// before it, in DATA frames.
 struct Reached {
   static constexpr std::uint8_t type = 0x13;
   static constexpr std::string_view name = "REACHED";
+  std::uint32_t device = 0;
   std::uint64_t value = 0;
   template <typename M, typename F>
   static void fields(M& m, F& f) {
+    f.field("device", m.device);
     f.field("value", m.value);
   }
   friend bool operator==(const Reached&, const Reached&) = default;
 };
 
-using Message = std::variant<Heartbeat, Abort, Close, Closed, Join, Ready, Mark, Reached>;
+// Controller to agent: open the agent's devices of `kind` (its opener runs at the first OPEN of a
+// kind; a later one gives the same devices). Answered by OPENED.
+struct Open {
+  static constexpr std::uint8_t type = 0x20;
+  static constexpr std::string_view name = "OPEN";
+  std::string kind;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("kind", m.kind, name_bytes_max);
+  }
+  friend bool operator==(const Open&, const Open&) = default;
+};
+
+// One device in OPENED: its id for later messages (never 0, the host's), as the agent opened it.
+struct WireDevice {
+  std::uint32_t id = 0;
+  std::string name;  // the agent's own name for it, "SIM:0"
+  std::string arch;
+  std::uint64_t budget = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("id", m.id);
+    f.field("name", m.name, name_bytes_max);
+    f.field("arch", m.arch, name_bytes_max);
+    f.field("budget", m.budget);
+  }
+  friend bool operator==(const WireDevice&, const WireDevice&) = default;
+};
+
+// That work on device `from` may use memory of device `to` (ids as in OPENED; 0 is the host).
+struct WireReach {
+  std::uint32_t from = 0;
+  std::uint32_t to = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("from", m.from);
+    f.field("to", m.to);
+  }
+  friend bool operator==(const WireReach&, const WireReach&) = default;
+};
+
+// Agent to controller, the answer to OPEN: the devices, or why there are none (`why` not empty).
+// `reaches` lists every pair among the agent's open devices and its host that reach each other
+// and involve a device of this answer.
+struct Opened {
+  static constexpr std::uint8_t type = 0x21;
+  static constexpr std::string_view name = "OPENED";
+  std::string why;
+  std::vector<WireDevice> devices;
+  std::vector<WireReach> reaches;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("why", m.why, reason_bytes_max);
+    f.field("devices", m.devices, wire_devices_max);
+    f.field("reaches", m.reaches, wire_reaches_max);
+  }
+  friend bool operator==(const Opened&, const Opened&) = default;
+};
+
+// Controller to agent: a buffer of `bytes` on `device`. Answered by MADE.
+struct Make {
+  static constexpr std::uint8_t type = 0x22;
+  static constexpr std::string_view name = "MAKE";
+  std::uint32_t device = 0;
+  std::uint64_t bytes = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("device", m.device);
+    f.field("bytes", m.bytes);
+  }
+  friend bool operator==(const Make&, const Make&) = default;
+};
+
+// Agent to controller, the answer to MAKE: the buffer's id (never 0), or 0 and why not (the
+// agent's out-of-memory text).
+struct Made {
+  static constexpr std::uint8_t type = 0x23;
+  static constexpr std::string_view name = "MADE";
+  std::uint64_t memory = 0;
+  std::string why;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("memory", m.memory);
+    f.field("why", m.why, reason_bytes_max);
+  }
+  friend bool operator==(const Made&, const Made&) = default;
+};
+
+// Controller to agent: the controller holds buffer `memory` no more; the agent lets go of it.
+struct Free {
+  static constexpr std::uint8_t type = 0x24;
+  static constexpr std::string_view name = "FREE";
+  std::uint64_t memory = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("memory", m.memory);
+  }
+  friend bool operator==(const Free&, const Free&) = default;
+};
+
+// Controller to agent: load a rig.program of `bytes` bytes on `device`; the program follows in
+// PAYLOAD frames. Answered by LOADED.
+struct Load {
+  static constexpr std::uint8_t type = 0x25;
+  static constexpr std::string_view name = "LOAD";
+  std::uint32_t device = 0;
+  std::uint64_t bytes = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("device", m.device);
+    f.field("bytes", m.bytes);
+  }
+  friend bool operator==(const Load&, const Load&) = default;
+};
+
+// Agent to controller, the answer to LOAD: the image's id (never 0), or 0 and why not.
+struct Loaded {
+  static constexpr std::uint8_t type = 0x26;
+  static constexpr std::string_view name = "LOADED";
+  std::uint64_t image = 0;
+  std::string why;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("image", m.image);
+    f.field("why", m.why, reason_bytes_max);
+  }
+  friend bool operator==(const Loaded&, const Loaded&) = default;
+};
+
+// Controller to agent: the controller holds image `image` no more.
+struct Unload {
+  static constexpr std::uint8_t type = 0x27;
+  static constexpr std::string_view name = "UNLOAD";
+  std::uint64_t image = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("image", m.image);
+  }
+  friend bool operator==(const Unload&, const Unload&) = default;
+};
+
+// A run's argument: a plain word (memory 0), or the address of buffer `memory` plus `offset`,
+// which the run reads (access 0), writes (1) or both (2).
+struct WireArg {
+  std::uint64_t word = 0;
+  std::uint64_t memory = 0;
+  std::uint64_t offset = 0;
+  std::uint8_t access = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("word", m.word);
+    f.field("memory", m.memory);
+    f.field("offset", m.offset);
+    f.field("access", m.access);
+  }
+  friend bool operator==(const WireArg&, const WireArg&) = default;
+};
+
+// One part of a SUBMIT. A copy (kind 1) moves `bytes` from `src` at `src_offset` to `dst` at
+// `dst_offset`; memory 0 is the controller's own: a copy from it carries its bytes in the PAYLOAD
+// frames after the SUBMIT, a copy into it sends them back in DATA frames. A run (kind 2) runs
+// `entry` of `image` with `shape` (grid x y z, block x y z) and `args`.
+struct WirePart {
+  static constexpr std::uint8_t copy = 1;
+  static constexpr std::uint8_t run = 2;
+  std::uint8_t kind = 0;
+  std::uint64_t dst = 0;
+  std::uint64_t dst_offset = 0;
+  std::uint64_t src = 0;
+  std::uint64_t src_offset = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t image = 0;
+  std::string entry;
+  std::uint32_t shape[6] = {1, 1, 1, 1, 1, 1};
+  std::vector<WireArg> args;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("kind", m.kind);
+    f.field("dst", m.dst);
+    f.field("dst_offset", m.dst_offset);
+    f.field("src", m.src);
+    f.field("src_offset", m.src_offset);
+    f.field("bytes", m.bytes);
+    f.field("image", m.image);
+    f.field("entry", m.entry, name_bytes_max);
+    for (auto& v : m.shape) f.field("shape", v);
+    f.field("args", m.args, wire_args_max);
+  }
+  friend bool operator==(const WirePart&, const WirePart&) = default;
+};
+
+// Controller to agent: one submission to `device` (0: the host), whose work reaches `value` of
+// that device's timeline. The agent applies it after every message before it and answers REACHED
+// once it is done (after the DATA of its copies into the controller's memory).
+struct Submit {
+  static constexpr std::uint8_t type = 0x28;
+  static constexpr std::string_view name = "SUBMIT";
+  std::uint32_t device = 0;
+  std::uint64_t value = 0;
+  std::vector<WirePart> parts;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("device", m.device);
+    f.field("value", m.value);
+    f.field("parts", m.parts, wire_parts_max);
+  }
+  friend bool operator==(const Submit&, const Submit&) = default;
+};
+
+// Bulk bytes: controller to agent after SUBMIT (copies from its memory) or LOAD (the program),
+// agent to controller before REACHED (copies into its memory). The body is the bytes themselves:
+// connections hand them over without decoding, and the receiver knows from the message before
+// how many to expect.
+struct Payload {
+  static constexpr std::uint8_t type = 0x30;
+  static constexpr std::string_view name = "PAYLOAD";
+  template <typename M, typename F>
+  static void fields(M&, F&) {}
+  friend bool operator==(const Payload&, const Payload&) = default;
+};
+struct Data {
+  static constexpr std::uint8_t type = 0x31;
+  static constexpr std::string_view name = "DATA";
+  template <typename M, typename F>
+  static void fields(M&, F&) {}
+  friend bool operator==(const Data&, const Data&) = default;
+};
+
+using Message = std::variant<Heartbeat, Abort, Close, Closed, Join, Ready, Reached, Open, Opened,
+                             Make, Made, Free, Load, Loaded, Unload, Submit, Payload, Data>;
+
+// Whether frames of this type carry raw bytes that connections pass on undecoded.
+constexpr bool is_bulk(std::uint8_t type) noexcept {
+  return type == Payload::type || type == Data::type;
+}
 
 namespace detail {
 

@@ -51,6 +51,7 @@ class Reader {
   bool ok() const noexcept { return error_.empty(); }
   const std::string& error() const noexcept { return error_; }
   std::size_t offset() const noexcept { return at_; }
+  std::size_t remaining() const noexcept { return body_.size() - at_; }
 
  private:
   // The next `n` bytes, or empty with a failure recorded.

@@ -80,11 +80,13 @@ struct Rigd {
   std::unique_ptr<Process> p;
   int port = 0;
 
-  explicit Rigd(const std::string& key_file, const std::vector<std::string>& extra = {}) {
+  // `extra` goes on rigd's command line, `env_extra` ("NAME=VALUE") into its environment.
+  explicit Rigd(const std::string& key_file, const std::vector<std::string>& extra = {},
+                const std::vector<std::string>& env_extra = {}) {
     std::vector<std::string> argv = {env("RIG_RIGD"), "--key",   key_file, "--listen",
                                      "127.0.0.1:0",   "--kinds", "CPU,SIM"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    p = std::make_unique<Process>(argv);
+    p = std::make_unique<Process>(argv, env_extra);
     const auto line = p->line();
     REQUIRE_MESSAGE(line.has_value(), "rigd printed no listening line");
     REQUIRE(line->rfind("listening 127.0.0.1:", 0) == 0);

@@ -1,0 +1,297 @@
+// The driver of remote hosts and proxies: round trips for memory, programs and devices, and the
+// submission path (admit, ready, enqueue) that turns rig's work into one SUBMIT per submission.
+#include "remote/proxy.hpp"
+
+#include <set>
+
+#include "core/signals.hpp"
+#include "remote/codec.hpp"
+#include "remote/controller.hpp"
+
+namespace rig::remote {
+namespace {
+
+// A device holds at most this much work that its agent has not reported reached; a submit beyond
+// it waits. Bounds the memory a fast controller can pile up at a slow agent.
+constexpr std::uint64_t inflight_bytes_max = 64ull * 1024 * 1024;
+// What a part costs in that count besides the bytes it copies: its share of the message.
+constexpr std::uint64_t part_overhead_bytes = 128;
+
+bool is_local_host(const rig::detail::DeviceCore& d) {
+  static const rig::detail::DeviceCore* const local = rig::host().core().get();
+  return &d == local;
+}
+bool is_local(const std::shared_ptr<rig::detail::BufferCore>& b) {
+  return is_local_host(*b->device());
+}
+
+std::uint64_t work_bytes(const rig::detail::Work& work) {
+  std::uint64_t bytes = part_overhead_bytes;
+  for (const auto& part : work.parts) {
+    bytes += part_overhead_bytes;
+    if (const auto* c = std::get_if<rig::detail::CopyWork>(&part)) bytes += c->bytes;
+  }
+  return bytes;
+}
+
+// Posts `fn` to the job's loop side if the job still runs there; else runs `gone` on the loop.
+template <typename F, typename G>
+void post_to_job(const std::shared_ptr<JobState>& job, F fn, G gone) {
+  Runtime::get().post([job, fn = std::move(fn), gone = std::move(gone)]() mutable {
+    if (job->core != nullptr) {
+      fn(*job->core);
+    } else {
+      gone();
+    }
+  });
+}
+
+// A program loaded on an agent's device. The entry names a run gives are kept here, and a run
+// carries the name: the agent resolves it, and fails the job if its program has no such entry.
+// Owner: its ImageCore. Threads: any (find takes the names' lock). Lifetime: until the last run
+// and Image handle are gone; then the agent lets go of the image too.
+class ProxyModule final : public rig::detail::Module {
+ public:
+  ProxyModule(std::weak_ptr<JobState> job, std::size_t member, std::uint64_t id)
+      : job_(std::move(job)), member_(member), id_(id) {}
+  ~ProxyModule() override {
+    auto job = job_.lock();
+    if (!job) return;
+    std::vector<std::uint8_t> owned;
+    encode(Unload{id_}, owned);
+    post_to_job(
+        job,
+        [member = member_, owned = std::move(owned)](ControllerJob& c) mutable {
+          c.send(member, std::move(owned), {}, std::nullopt);
+        },
+        [] {});
+  }
+
+  const void* find(const std::string& entry) const override {
+    std::lock_guard lock(mu_);
+    return &*names_.insert(entry).first;
+  }
+  std::uint64_t id() const noexcept { return id_; }
+
+ private:
+  const std::weak_ptr<JobState> job_;
+  const std::size_t member_;
+  const std::uint64_t id_;
+  mutable std::mutex mu_;
+  mutable std::set<std::string> names_;  // a set's nodes never move: find's pointers stay valid
+};
+
+}  // namespace
+
+std::shared_ptr<Reply> round_trip(const std::shared_ptr<JobState>& job, std::size_t member,
+                                  const Message& message, Expect::Kind kind,
+                                  std::span<const std::uint8_t> payload,
+                                  std::shared_ptr<const void> keep) {
+  auto reply = std::make_shared<Reply>();
+  std::vector<std::uint8_t> owned;
+  encode(message, owned);
+  std::vector<Connection::Piece> pieces{{nullptr, 0, owned.size()}};
+  add_bulk_frames(owned, pieces, Payload::type, payload);
+  Expect e;
+  e.kind = kind;
+  e.reply = reply;
+  post_to_job(
+      job,
+      [member, owned = std::move(owned), pieces = std::move(pieces), e = std::move(e),
+       keep = std::move(keep)](ControllerJob& c) mutable {
+        c.send(member, std::move(owned), std::move(pieces), std::move(e), std::move(keep));
+      },
+      [job, reply] {
+        const auto cause = job->outcome->cause();
+        reply->failed = cause ? *cause : "the job has closed";
+        reply->done.set();
+      });
+  while (!reply->done.wait_for_ms(1000)) {
+  }
+  if (!reply->answer) throw Lost(reply->failed);
+  return reply;
+}
+
+// ---- RemoteDriver
+
+std::shared_ptr<JobState> RemoteDriver::live_job() const {
+  return job_.lock();
+}
+
+bool RemoteDriver::same_machine(const rig::detail::DeviceCore& other) const {
+  const auto* o = dynamic_cast<const RemoteDriver*>(&other.driver());
+  return o != nullptr && o->member_ == member_ && !o->job_.owner_before(job_) &&
+         !job_.owner_before(o->job_);
+}
+
+void RemoteDriver::add_reach(std::uint32_t id) {
+  std::lock_guard lock(reach_mu_);
+  for (std::uint32_t r : reach_) {
+    if (r == id) return;
+  }
+  reach_.push_back(id);
+}
+
+bool RemoteDriver::reaches(const rig::detail::DeviceCore& other) const {
+  // This process's memory travels in the messages themselves.
+  if (is_local_host(other)) return true;
+  if (!same_machine(other)) return false;
+  const std::uint32_t id = static_cast<const RemoteDriver&>(other.driver()).id_;
+  std::lock_guard lock(reach_mu_);
+  for (std::uint32_t r : reach_) {
+    if (r == id) return true;
+  }
+  return false;
+}
+
+void RemoteDriver::reached(std::uint64_t inflight_bytes) noexcept {
+  inflight_bytes_.fetch_sub(inflight_bytes, std::memory_order_acq_rel);
+  progress_.fetch_add(1, std::memory_order_release);
+  progress_.notify_all();
+}
+
+void RemoteDriver::stop() noexcept {
+  stopped_.store(true, std::memory_order_release);
+  progress_.fetch_add(1, std::memory_order_release);
+  progress_.notify_all();
+}
+
+std::uint64_t RemoteDriver::allocate(std::size_t bytes) {
+  auto job = live_job();
+  if (!job) throw Lost("the job has closed");
+  auto reply = round_trip(job, member_, Make{id_, bytes}, Expect::Kind::made);
+  const auto& made = std::get<Made>(*reply->answer);
+  if (made.memory == 0) throw OutOfMemory(made.why);
+  return made.memory;
+}
+
+void RemoteDriver::release(std::uint64_t address, std::size_t) noexcept {
+  auto job = live_job();
+  if (!job) return;
+  try {
+    std::vector<std::uint8_t> owned;
+    encode(Free{address}, owned);
+    post_to_job(
+        job,
+        [member = member_, owned = std::move(owned)](ControllerJob& c) mutable {
+          c.send(member, std::move(owned), {}, std::nullopt);
+        },
+        [] {});
+  } catch (...) {
+    // Out of memory for the message: the agent frees the buffer with the rest at the job's end.
+  }
+}
+
+void RemoteDriver::admit(const rig::detail::Work& work) {
+  for (const auto& part : work.parts) {
+    const auto* c = std::get_if<rig::detail::CopyWork>(&part);
+    if (c != nullptr && is_local(c->dst) && is_local(c->src)) {
+      throw std::invalid_argument(
+          "rig: a copy between two buffers of this process's memory runs on this process's host, "
+          "not on a device of another machine");
+    }
+  }
+  // Flow control: wait while the device has more than its share of work not yet reached.
+  for (;;) {
+    const std::uint32_t seen = progress_.load(std::memory_order_acquire);
+    if (inflight_bytes_.load(std::memory_order_acquire) <= inflight_bytes_max) return;
+    if (stopped_.load(std::memory_order_acquire)) return;  // the next check raises Lost
+    const rig::detail::SignalsOpen waiting;
+    progress_.wait(seen, std::memory_order_acquire);
+  }
+}
+
+void RemoteDriver::ready(const rig::detail::Work& work) {
+  // Work on this machine follows all work sent to it before, so only other devices' work (which
+  // writes or reads this process's memory that the submission copies) is waited for here: its
+  // bytes must be in place before they are sent, and must not be overwritten before it is done.
+  for (const rig::detail::Dep& dep : work.deps) {
+    if (same_machine(*dep.device)) continue;
+    const rig::detail::SignalsOpen waiting;
+    dep.device->timeline().wait(dep.value);
+  }
+}
+
+void RemoteDriver::enqueue(rig::detail::Work work) {
+  auto job = live_job();
+  if (!job) return;  // the device is closed or lost already, and its waiters know
+  Submit submit{id_, work.value, {}};
+  Expect e;
+  e.kind = Expect::Kind::reached;
+  e.device_id = id_;
+  e.value = work.value;
+  e.inflight_bytes = work_bytes(work);
+  std::vector<std::span<const std::uint8_t>> sent;
+  std::vector<std::shared_ptr<rig::detail::BufferCore>> sources;
+  submit.parts.reserve(work.parts.size());
+  for (const auto& part : work.parts) {
+    WirePart& p = submit.parts.emplace_back();
+    if (const auto* c = std::get_if<rig::detail::CopyWork>(&part)) {
+      p.kind = WirePart::copy;
+      const bool from_here = is_local(c->src);
+      const bool to_here = is_local(c->dst);
+      p.dst = to_here ? 0 : c->dst->address();
+      p.dst_offset = c->dst_offset;
+      p.src = from_here ? 0 : c->src->address();
+      p.src_offset = c->src_offset;
+      p.bytes = c->bytes;
+      if (from_here && c->bytes > 0) {
+        sent.emplace_back(reinterpret_cast<const std::uint8_t*>(c->src->data() + c->src_offset),
+                          c->bytes);
+        sources.push_back(c->src);
+      }
+      if (to_here && c->bytes > 0) e.copies.push_back({c->dst->data() + c->dst_offset, c->bytes});
+      continue;
+    }
+    const auto& r = std::get<rig::detail::RunWork>(part);
+    p.kind = WirePart::run;
+    p.image = static_cast<const ProxyModule&>(*r.image->module).id();
+    p.entry = *static_cast<const std::string*>(r.entry);
+    for (int i = 0; i < 3; ++i) {
+      p.shape[i] = r.shape.grid[i];
+      p.shape[3 + i] = r.shape.block[i];
+    }
+    p.args.resize(r.words.size());
+    for (std::size_t i = 0; i < r.words.size(); ++i) p.args[i].word = r.words[i];
+    for (std::size_t j = 0; j < r.buffer_args.size(); ++j) {
+      WireArg& a = p.args[r.buffer_args[j].word];
+      a.word = 0;
+      a.memory = r.buffers[j]->address();
+      a.offset = r.buffer_args[j].offset;
+      a.access = static_cast<std::uint8_t>(r.buffer_args[j].access);
+    }
+  }
+  std::vector<std::uint8_t> owned;
+  encode(submit, owned);
+  std::vector<Connection::Piece> pieces{{nullptr, 0, owned.size()}};
+  for (const auto& bytes : sent) add_bulk_frames(owned, pieces, Payload::type, bytes);
+  e.work = std::move(work);
+  inflight_bytes_.fetch_add(e.inflight_bytes, std::memory_order_acq_rel);
+  post_to_job(
+      job,
+      [member = member_, owned = std::move(owned), pieces = std::move(pieces), e = std::move(e),
+       keep = std::make_shared<const decltype(sources)>(std::move(sources))](
+          ControllerJob& c) mutable {
+        c.send(member, std::move(owned), std::move(pieces), std::move(e), std::move(keep));
+      },
+      [] {});
+}
+
+Result<std::unique_ptr<rig::detail::Module>> RemoteDriver::load(const Program& program) {
+  auto job = live_job();
+  if (!job) return Error("the job has closed");
+  const auto bytes = program.bytes();
+  try {
+    auto reply = round_trip(job, member_, Load{id_, bytes.size()}, Expect::Kind::loaded,
+                            {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()},
+                            std::make_shared<const Program>(program));
+    const auto& loaded = std::get<Loaded>(*reply->answer);
+    if (loaded.image == 0) return Error(loaded.why);
+    return std::unique_ptr<rig::detail::Module>(
+        std::make_unique<ProxyModule>(job_, member_, loaded.image));
+  } catch (const Lost& e) {
+    return Error(e.what());
+  }
+}
+
+}  // namespace rig::remote
