@@ -49,9 +49,13 @@ inline rig::remote::Key load_key(const std::string& file) {
   return *k;
 }
 
-// A TCP connection to 127.0.0.1:port, made by hand (no handshake).
-inline int connect_loopback(int port) {
+// A TCP connection to 127.0.0.1:port, made by hand (no handshake). A non-zero `receive_bytes`
+// sets the socket's receive buffer before the connect, so that the window it offers stays small.
+inline int connect_loopback(int port, int receive_bytes = 0) {
   const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (receive_bytes > 0) {
+    REQUIRE(setsockopt(s, SOL_SOCKET, SO_RCVBUF, &receive_bytes, sizeof receive_bytes) == 0);
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
