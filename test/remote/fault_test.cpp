@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,7 +15,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -596,4 +600,95 @@ TEST_CASE("an abort still arrives when the controller fails behind bytes its pee
   CHECK(*reason == *cause);
   CHECK(a_end == 0);  // the controller ended its side in order, no reset
   job->close();
+}
+
+namespace {
+
+// The lowest descriptor number free in process `pid`: with its limit there, its next open fails.
+rlim_t lowest_free_descriptor(pid_t pid) {
+  std::vector<bool> used;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    const auto fd = std::stoul(e.path().filename().string());
+    if (fd >= used.size()) used.resize(fd + 1);
+    used[fd] = true;
+  }
+  rlim_t fd = 0;
+  while (fd < used.size() && used[fd]) ++fd;
+  return fd;
+}
+
+// The CPU time process `pid` has used, in seconds (user and system, /proc/PID/stat).
+double cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+TEST_CASE("out of descriptors, an agent leaves the connection waiting and accepts it soon after") {
+  const std::string key_file = rig::test::make_key_file("nofile");
+  const auto key = rig::test::load_key(key_file);
+  Rigd a(key_file);
+  const pid_t child = a.job_pid(1);
+  // A stranger the agent greets: the child is serving, and its descriptors hold still from here
+  // (this one stays open until the test ends).
+  const int stranger = rig::test::connect_loopback(a.port);
+  std::uint8_t greeting[64];
+  REQUIRE(::read(stranger, greeting, sizeof greeting) > 0);
+  rlimit normal{};
+  REQUIRE(prlimit(child, RLIMIT_NOFILE, nullptr, &normal) == 0);
+  rlimit tight = normal;
+  tight.rlim_cur = lowest_free_descriptor(child);
+  REQUIRE(prlimit(child, RLIMIT_NOFILE, &tight, nullptr) == 0);
+
+  std::optional<rig::Result<rig::remote::Job>> job;
+  std::chrono::steady_clock::time_point connected;
+  std::thread controller([&] {
+    job.emplace(rig::remote::connect(key, {a.address()}));
+    connected = std::chrono::steady_clock::now();
+  });
+  const auto shortage = a.p->err_until("cannot accept a connection at ", 5000);
+  REQUIRE(shortage.has_value());
+  CHECK(shortage->find("job 1: cannot accept a connection at " + a.name() +
+                       ": Too many open files: accepting again in 0.5 s") != std::string::npos);
+  // Meanwhile the agent waits without spinning: a busy retry loop would burn most of a CPU.
+  const double cpu_before = cpu_seconds(child);
+  std::this_thread::sleep_for(1200ms);  // a window over two retries, not a synchronisation
+  CHECK(cpu_seconds(child) - cpu_before < 0.3);
+  const auto freed = std::chrono::steady_clock::now();
+  REQUIRE(prlimit(child, RLIMIT_NOFILE, &normal, nullptr) == 0);
+  controller.join();
+  ::close(stranger);
+  REQUIRE(job.has_value());
+  // The connection was kept, not shed: the job starts on it soon after the descriptors return
+  // (the accept within 0.5 s, then the handshake; the bound leaves room for a loaded machine).
+  REQUIRE_MESSAGE(job->ok(), (job->ok() ? "" : job->error()));
+  CHECK(std::chrono::duration<double>(connected - freed).count() < 2.0);
+  const rig::Device host = (*job)->hosts()[0];
+  host.wait(rig::submit(host, std::span<const rig::Part>{}));
+  (*job)->close();
+  CHECK(a.job_end(1).value_or("").find("job 1: closed") != std::string::npos);
+}
+
+TEST_CASE("an accept error other than a shortage ends serve with an Error naming it") {
+  const std::string key_file = rig::test::make_key_file("broken-listener");
+  Process agent({rig::test::env("RIG_TEST_AGENT"), key_file, "--break-listener"});
+  const auto listening = agent.line();
+  REQUIRE(listening.has_value());
+  REQUIRE(listening->rfind("listening ", 0) == 0);
+  const std::string port = listening->substr(std::string("listening ").size());
+  CHECK(agent.line(5000) ==
+        "error: cannot accept a connection at 127.0.0.1:" + port + ": Invalid argument");
+  CHECK(agent.wait_for(5000));
+  CHECK(WEXITSTATUS(agent.wait()) == 1);
 }
