@@ -197,8 +197,8 @@ class AgentJob final : public JobCore {
       c.set_peer_name("controller");
       c.tag = controller_tag;
       controller_since_ms_ = reactor_.now_ms();
-      log_line("job started by the controller at " + c.peer_address() +
-               ", which names this agent " + my_name_);
+      log_line("started by the controller at " + c.peer_address() + ", which names this agent " +
+               my_name_);
       return;
     }
     // Another agent of the job, dialed or accepted.

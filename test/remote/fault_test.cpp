@@ -297,7 +297,7 @@ TEST_CASE("Ctrl-C on an agent: its job fails with 'interrupted', which the contr
   Rigd a(key_file, {"--once"});
   auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
   REQUIRE(job.ok());
-  REQUIRE(a.p->err_until("job started by the controller at ").has_value());
+  REQUIRE(a.p->err_until("job: started by the controller at ").has_value());
   a.p->signal(SIGINT);
   const auto cause = rig::test::wait_for_failure(*job, std::chrono::steady_clock::now(), 5);
   REQUIRE(cause.has_value());

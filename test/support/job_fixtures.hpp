@@ -109,12 +109,18 @@ struct Rigd {
     REQUIRE(l.has_value());
     return std::stoi(l->substr(l->rfind(' ') + 1));
   }
-  // rigd's log line for the end of job `n`.
+  // rigd's log line for the end of job `n` (skipping the job's other lines).
   std::optional<std::string> job_end(int n, int ms = 5000) {
     for (;;) {
       auto l = p->err_until("job " + std::to_string(n) + ": ", ms);
-      if (!l || l->find("waiting for a controller") == std::string::npos) return l;
+      if (!l || !is_job_progress(*l)) return l;
     }
+  }
+  // Whether a log line of a job is one of its lines before its end.
+  static bool is_job_progress(const std::string& l) {
+    return l.find("waiting for a controller") != std::string::npos ||
+           l.find("started by the controller at ") != std::string::npos ||
+           l.find("cannot accept a connection at ") != std::string::npos;
   }
 };
 
