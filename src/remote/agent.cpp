@@ -18,6 +18,7 @@
 #include "remote/agent_work.hpp"
 #include "remote/controller.hpp"
 #include "remote/job.hpp"
+#include "remote/listener.hpp"
 #include "remote/report.hpp"
 #include "remote/runtime.hpp"
 #include "rig/remote.hpp"
@@ -38,7 +39,7 @@ struct AgentState {
   int fd = -1;  // the listening socket, until serve ends
   int port = 0;
   bool served = false;
-  std::string where;  // "HOST:PORT" as given, for errors
+  std::string where;  // "HOST:PORT" with the port listened at, for errors
 };
 
 Agent::Agent(std::unique_ptr<AgentState> s) : s_(std::move(s)) {}
@@ -85,7 +86,10 @@ Result<Agent> listen(const Key& key, const std::string& host, int port) {
   } else if (bound.ss_family == AF_INET6) {
     actual = ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
   }
-  auto s = std::make_unique<AgentState>(key, fd, actual, where);
+  // From here on errors name the port the system chose, which is the one peers dial.
+  const std::string bound_where = (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
+                                  ":" + std::to_string(actual);
+  auto s = std::make_unique<AgentState>(key, fd, actual, bound_where);
   return Agent(std::move(s));
 }
 
@@ -121,16 +125,18 @@ namespace {
 // Owner: serve, on its stack. Threads: the loop thread, which is serve's caller. Lifetime: serve's.
 class AgentJob final : public JobCore {
  public:
-  AgentJob(Reactor& reactor, const Timing& timing, const Key& key, int listen_fd,
+  // Takes over `listen_fd`, a listening socket, and closes it when listening stops. `where` names
+  // it in errors ("HOST:PORT"); `kinds` are serve's openers.
+  AgentJob(Reactor& reactor, const Timing& timing, const Key& key, int listen_fd, std::string where,
            const std::vector<std::pair<std::string, Opener>>& kinds)
       : JobCore(reactor, timing, key, process_instance()),
+        where_(std::move(where)),
+        listener_(
+            reactor.loop(), listen_fd,
+            {[this](int fd) { on_socket(fd); }, [this](int err) { on_short_of_resources(err); },
+             [this](const std::string& why) { on_accept_failed(why); }}),
         work_(reactor, kinds, [this](const std::string& cause) { fail(cause); }) {
-    uv_tcp_init(reactor_.loop(), &listener_);
-    listener_.data = this;
-    listen_rc_ = uv_tcp_open(&listener_, listen_fd);
-    if (listen_rc_ == 0) {
-      listen_rc_ = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), SOMAXCONN, on_connection);
-    }
+    listen_rc_ = listener_.start();
     ticker_ = reactor_.add_ticker([this](std::int64_t now) { tick(now); });
   }
   ~AgentJob() override { reactor_.remove_ticker(ticker_); }
@@ -142,9 +148,7 @@ class AgentJob final : public JobCore {
   // Stops listening, and drops strangers still proving a key: they have nothing to do with a job
   // that is ending.
   void stop_listening() {
-    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&listener_))) {
-      uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
-    }
+    listener_.stop();
     each_connection([](Connection& c) {
       if (c.tag == stranger && (c.state() == Connection::State::handshaking ||
                                 c.state() == Connection::State::connecting)) {
@@ -164,14 +168,22 @@ class AgentJob final : public JobCore {
   }
 
  private:
-  static void on_connection(uv_stream_t* server, int status) {
-    auto* self = static_cast<AgentJob*>(server->data);
-    if (status != 0) return;  // a failed accept leaves the listener as it was; libuv retries
-    if (self->shut_) return;
-    Connection& c = self->add_connection("a connection");
+  void on_socket(int fd) noexcept {
+    Connection& c = add_connection("a connection");
     c.tag = stranger;
-    const ListenerConfig config{self->instance_};
-    c.accept(server, Handshake::listener(self->key_, config));
+    const ListenerConfig config{instance_};
+    c.adopt(fd, Handshake::listener(key_, config));
+  }
+
+  // The connection waits in the kernel's backlog meanwhile; the operator hears of it once.
+  void on_short_of_resources(int err) noexcept {
+    log_line("cannot accept a connection at " + where_ + ": " + std::strerror(err) +
+             ": accepting again in " + seconds_text(static_cast<std::int64_t>(accept_retry_ms)));
+  }
+
+  // serve ends with this cause, and so does a job it serves.
+  void on_accept_failed(const std::string& why) noexcept {
+    fail("cannot accept a connection at " + where_ + ": " + why);
   }
 
   std::optional<JobId> serving_job(Connection&) noexcept override { return job_; }
@@ -190,8 +202,8 @@ class AgentJob final : public JobCore {
       c.tag = controller_tag;
       work_.set_controller(&c);
       controller_since_ms_ = reactor_.now_ms();
-      log_line("job started by the controller at " + c.peer_address() +
-               ", which names this agent " + my_name_);
+      log_line("started by the controller at " + c.peer_address() + ", which names this agent " +
+               my_name_);
       return;
     }
     // Another agent of the job, dialed or accepted.
@@ -339,7 +351,8 @@ class AgentJob final : public JobCore {
 
   static constexpr std::uint64_t stranger = 0, controller_tag = 1, agent_tag = 2, dial_tag = 3;
 
-  uv_tcp_t listener_{};
+  const std::string where_;
+  Listener listener_;
   int listen_rc_ = 0;
   std::uint64_t ticker_ = 0;
   std::optional<JobId> job_;
@@ -399,10 +412,11 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
   } restore{previous};
   {
     Reactor reactor(SteadyClock::get(), timing.tick_ms);
-    AgentJob job(reactor, timing, s.key, s.fd, kinds);
-    s.fd = -1;  // the loop owns the socket now and closes it when serve ends
+    AgentJob job(reactor, timing, s.key, s.fd, s.where, kinds);
+    s.fd = -1;  // the job owns the socket now and closes it when listening stops
     if (job.listen_error() != 0) {
-      job.shut();  // closes the job's handles, which the loop finishes before it returns
+      // The loop still runs, to finish closing what the job opened.
+      job.shut();
       reactor.run();
       return Error("cannot listen at " + s.where + ": " + uv_strerror(job.listen_error()));
     }

@@ -12,8 +12,9 @@ namespace rig::remote {
 // takes over and closes when it returns.
 Agent adopt_listener(const Key& key, int fd, int port, std::string where);
 
-// Receives the lines an operator wants in a log as serve goes (rigd writes them to stderr): the
-// job's start, with the controller's address. Called on serve's thread; empty: none.
+// Receives the lines an operator wants in a log as serve goes (rigd writes them to stderr, after
+// the job's number): "started by the controller at ADDRESS, ...", and a shortage of descriptors or
+// memory that holds up an accept. Called on serve's thread; empty: none.
 void set_agent_log(std::function<void(const std::string&)> log);
 
 // The listening socket of an agent that has not served yet.

@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -69,10 +70,11 @@ void Connection::dial(const sockaddr* address, Handshake hs) {
   }
 }
 
-int Connection::accept(uv_stream_t* server, Handshake hs) {
+int Connection::adopt(int fd, Handshake hs) {
   handshake_.emplace(std::move(hs));
-  const int rc = uv_accept(server, reinterpret_cast<uv_stream_t*>(&tcp_));
+  const int rc = uv_tcp_open(&tcp_, fd);
   if (rc != 0) {
+    ::close(fd);  // the handle never took it, so its close would not
     close_handle();
     return rc;
   }

@@ -47,7 +47,7 @@ class ConnectionOwner {
 };
 
 // Owner: a job (through its ConnectionOwner), which destroys it after on_closed. Threads: the loop
-// thread only. Lifetime: from dial() or accept() to on_closed; libuv's handle lives inside, so the
+// thread only. Lifetime: from dial() or adopt() to on_closed; libuv's handle lives inside, so the
 // object must not move or die before then.
 class Connection {
  public:
@@ -67,9 +67,9 @@ class Connection {
 
   // Dials `address` (resolved already) and proves the key as `hs`'s dialer.
   void dial(const sockaddr* address, Handshake hs);
-  // Takes a connection `server` has pending and proves the key as `hs`'s listener.
-  // Returns a libuv error code (the connection then closes itself).
-  int accept(uv_stream_t* server, Handshake hs);
+  // Takes over `fd`, a socket a listener accepted, and proves the key as `hs`'s listener.
+  // Returns a libuv error code (the connection then closes itself and the socket).
+  int adopt(int fd, Handshake hs);
 
   // Queues `m` behind everything queued before it. Only while open.
   void send(const Message& m);

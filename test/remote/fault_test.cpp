@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,7 +15,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "remote/codec.hpp"
 #include "remote/frame.hpp"
@@ -291,7 +297,7 @@ TEST_CASE("Ctrl-C on an agent: its job fails with 'interrupted', which the contr
   Rigd a(key_file, {"--once"});
   auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
   REQUIRE(job.ok());
-  REQUIRE(a.p->err_until("job started by the controller at ").has_value());
+  REQUIRE(a.p->err_until("job: started by the controller at ").has_value());
   a.p->signal(SIGINT);
   const auto cause = rig::test::wait_for_failure(*job, std::chrono::steady_clock::now(), 5);
   REQUIRE(cause.has_value());
@@ -414,8 +420,8 @@ namespace {
 
 // Dials 127.0.0.1:port and proves `key` as a controller of job `job`; returns the socket.
 int dial_as_controller(const rig::remote::Key& key, int port, const rig::remote::JobId& job,
-                       const std::string& agent_name) {
-  const int s = rig::test::connect_loopback(port);
+                       const std::string& agent_name, int receive_bytes = 0) {
+  const int s = rig::test::connect_loopback(port, receive_bytes);
   auto hs = rig::remote::Handshake::dialer(key, {rig::remote::Role::controller, "controller", job,
                                                  agent_name, rig::remote::new_instance_id()});
   std::uint8_t buf[4096];
@@ -460,4 +466,231 @@ TEST_CASE("an agent told to dial itself refuses, and the job fails naming it") {
   ::close(s);
   CHECK(reason == "A2: is this process itself (the greeting carries this process's instance id)");
   CHECK(a.job_end(1).value_or("").find("failed A2: is this process itself") != std::string::npos);
+}
+
+namespace {
+
+// Reads frames from a raw socket until an ABORT arrives, counting the messages of type `M` before
+// it. Returns the abort's reason, or nothing if the connection ended (or was reset) first.
+template <typename M>
+std::optional<std::string> read_abort(int s, rig::remote::FrameDecoder& d, long& counted) {
+  for (;;) {
+    auto f = d.next();
+    if (!f) return std::nullopt;
+    if (f->has_value()) {
+      auto m = rig::remote::decode(**f);
+      if (!m) return std::nullopt;
+      if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) return abort->reason;
+      if (std::holds_alternative<M>(*m)) ++counted;
+      continue;
+    }
+    std::uint8_t buf[64 * 1024];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    if (n <= 0) return std::nullopt;
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+}
+
+// Ends our side, then reads to the peer's end: 0 for its orderly end, -1 for a reset.
+ssize_t end_and_drain(int s) {
+  ::shutdown(s, SHUT_WR);
+  std::uint8_t buf[64 * 1024];
+  ssize_t n;
+  while ((n = ::read(s, buf, sizeof buf)) > 0) {
+  }
+  ::close(s);
+  return n;
+}
+
+// A receive buffer small enough that the peer's answers back up into its own queue at once.
+constexpr int small_receive_bytes = 4096;
+
+}  // namespace
+
+TEST_CASE("an abort still arrives when the agent fails with bytes unread on both sides") {
+  // Real times: the agent drains for up to 10 s, far longer than this peer stays busy.
+  const std::string key_file = rig::test::make_key_file("unread-agent");
+  const auto key = rig::test::load_key(key_file);
+  Rigd a(key_file);
+  const int s =
+      dial_as_controller(key, a.port, rig::remote::new_job_id(), "A", small_receive_bytes);
+  send_message(s, rig::remote::Join{"A", {"A"}, {a.name()}});
+  rig::remote::FrameDecoder d;
+  REQUIRE(read_until<rig::remote::Ready>(s, d));
+  // From here this end reads nothing for a while. Empty submissions to the host, each answered by a REACHED that backs up
+  // behind our small window into the agent's queue; then a frame of an unknown type, which fails
+  // the agent's job; then bytes the agent has still not read when it fails.
+  constexpr long marks = 20'000;
+  std::vector<std::uint8_t> burst;
+  for (long i = 0; i < marks; ++i) {
+    rig::remote::encode(rig::remote::Submit{0, std::uint64_t(i + 1), {}}, burst);
+  }
+  const std::vector<std::uint8_t> bad = {2, 0, 0, 0, 0x7f, 0};
+  burst.insert(burst.end(), bad.begin(), bad.end());
+  FakeAgent::send_all(s, burst);
+  std::vector<std::uint8_t> after;
+  for (int i = 0; i < 20'000; ++i) rig::remote::encode(rig::remote::Heartbeat{}, after);
+  // Best effort: an agent that wrongly closed at once has reset the connection by now.
+  (void)::send(s, after.data(), after.size(), MSG_NOSIGNAL);
+  // This end stays busy a while longer: an agent that closed over its unread bytes, or gave up on
+  // its queue, has lost the abort by the time we read.
+  std::this_thread::sleep_for(500ms);
+  long reached = 0;
+  const auto reason = read_abort<rig::remote::Reached>(s, d, reached);
+  CHECK(reached == marks);  // everything queued before the failure went out ahead of the abort
+  REQUIRE(reason.has_value());
+  CHECK(*reason == "controller: malformed message: unknown type 0x7f");
+  CHECK(end_and_drain(s) == 0);  // the agent ended its side in order, no reset
+  CHECK(a.job_end(1).value_or("").find("failed controller: malformed message: unknown type 0x7f") !=
+        std::string::npos);
+}
+
+TEST_CASE("an abort still arrives when the controller fails behind bytes its peer has not read") {
+  const auto key = rig::test::load_key(rig::test::make_key_file("unread-controller"));
+  FakeAgent a, b;
+  // Accepted sockets inherit the listener's buffer size: a offers a small window.
+  setsockopt(a.fd, SOL_SOCKET, SO_RCVBUF, &small_receive_bytes, sizeof small_receive_bytes);
+  std::atomic<bool> read_now{false}, b_ends{false};
+  std::optional<std::string> reason;
+  long a_marks = 0;
+  ssize_t a_end = 1;
+  std::thread agent_a([&] {
+    const int s = a.accept_and_prove(key);
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    // Busy: alive (heartbeats) but reading nothing, until the test says so.
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!read_now.load() && rig::test::seconds_since(t0) < 20) {
+      send_message(s, rig::remote::Heartbeat{});
+      std::this_thread::sleep_for(50ms);
+    }
+    reason = read_abort<rig::remote::Submit>(s, d, a_marks);
+    a_end = end_and_drain(s);
+  });
+  std::thread agent_b([&] {
+    const int s = b.accept_and_prove(key);
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!b_ends.load() && rig::test::seconds_since(t0) < 20) {
+      send_message(s, rig::remote::Heartbeat{});
+      std::this_thread::sleep_for(50ms);
+    }
+    ::close(s);  // b's process ends: the controller's job fails
+  });
+  auto job = rig::remote::connect(key, {{"127.0.0.1", a.port}, {"127.0.0.1", b.port}});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  // Empty submissions to a's host, one SUBMIT each: more than the kernel's buffers on both ends
+  // hold, so the rest waits in the controller's own queue.
+  const rig::Device host = job->hosts()[0];
+  constexpr long submissions = 300'000;
+  for (long i = 0; i < submissions; ++i) (void)rig::submit(host, std::span<const rig::Part>{});
+  const auto t0 = std::chrono::steady_clock::now();
+  b_ends = true;
+  const auto cause = rig::test::wait_for_failure(*job, t0, 5);
+  REQUIRE(cause.has_value());
+  CHECK(*cause == b.name() + ": closed its connection");
+  // a stays busy a while longer: a controller that closed at once has dropped its queue by then.
+  std::this_thread::sleep_for(500ms);
+  read_now = true;
+  agent_a.join();
+  agent_b.join();
+  CHECK(a_marks > 0);
+  REQUIRE(reason.has_value());
+  CHECK(*reason == *cause);
+  CHECK(a_end == 0);  // the controller ended its side in order, no reset
+  job->close();
+}
+
+namespace {
+
+// The lowest descriptor number free in process `pid`: with its limit there, its next open fails.
+rlim_t lowest_free_descriptor(pid_t pid) {
+  std::vector<bool> used;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    const auto fd = std::stoul(e.path().filename().string());
+    if (fd >= used.size()) used.resize(fd + 1);
+    used[fd] = true;
+  }
+  rlim_t fd = 0;
+  while (fd < used.size() && used[fd]) ++fd;
+  return fd;
+}
+
+// The CPU time process `pid` has used, in seconds (user and system, /proc/PID/stat).
+double cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+TEST_CASE("out of descriptors, an agent leaves the connection waiting and accepts it soon after") {
+  const std::string key_file = rig::test::make_key_file("nofile");
+  const auto key = rig::test::load_key(key_file);
+  Rigd a(key_file);
+  const pid_t child = a.job_pid(1);
+  // A stranger the agent greets: the child is serving, and its descriptors hold still from here
+  // (this one stays open until the test ends).
+  const int stranger = rig::test::connect_loopback(a.port);
+  std::uint8_t greeting[64];
+  REQUIRE(::read(stranger, greeting, sizeof greeting) > 0);
+  rlimit normal{};
+  REQUIRE(prlimit(child, RLIMIT_NOFILE, nullptr, &normal) == 0);
+  rlimit tight = normal;
+  tight.rlim_cur = lowest_free_descriptor(child);
+  REQUIRE(prlimit(child, RLIMIT_NOFILE, &tight, nullptr) == 0);
+
+  std::optional<rig::Result<rig::remote::Job>> job;
+  std::chrono::steady_clock::time_point connected;
+  std::thread controller([&] {
+    job.emplace(rig::remote::connect(key, {a.address()}));
+    connected = std::chrono::steady_clock::now();
+  });
+  const auto shortage = a.p->err_until("cannot accept a connection at ", 5000);
+  REQUIRE(shortage.has_value());
+  CHECK(shortage->find("job 1: cannot accept a connection at " + a.name() +
+                       ": Too many open files: accepting again in 0.5 s") != std::string::npos);
+  // Meanwhile the agent waits without spinning: a busy retry loop would burn most of a CPU.
+  const double cpu_before = cpu_seconds(child);
+  std::this_thread::sleep_for(1200ms);  // a window over two retries, not a synchronisation
+  CHECK(cpu_seconds(child) - cpu_before < 0.3);
+  const auto freed = std::chrono::steady_clock::now();
+  REQUIRE(prlimit(child, RLIMIT_NOFILE, &normal, nullptr) == 0);
+  controller.join();
+  ::close(stranger);
+  REQUIRE(job.has_value());
+  // The connection was kept, not shed: the job starts on it soon after the descriptors return
+  // (the accept within 0.5 s, then the handshake; the bound leaves room for a loaded machine).
+  REQUIRE_MESSAGE(job->ok(), (job->ok() ? "" : job->error()));
+  CHECK(std::chrono::duration<double>(connected - freed).count() < 2.0);
+  const rig::Device host = (*job)->hosts()[0];
+  host.wait(rig::submit(host, std::span<const rig::Part>{}));
+  (*job)->close();
+  CHECK(a.job_end(1).value_or("").find("job 1: closed") != std::string::npos);
+}
+
+TEST_CASE("an accept error other than a shortage ends serve with an Error naming it") {
+  const std::string key_file = rig::test::make_key_file("broken-listener");
+  Process agent({rig::test::env("RIG_TEST_AGENT"), key_file, "--break-listener"});
+  const auto listening = agent.line();
+  REQUIRE(listening.has_value());
+  REQUIRE(listening->rfind("listening ", 0) == 0);
+  const std::string port = listening->substr(std::string("listening ").size());
+  CHECK(agent.line(5000) ==
+        "error: cannot accept a connection at 127.0.0.1:" + port + ": Invalid argument");
+  CHECK(agent.wait_for(5000));
+  CHECK(WEXITSTATUS(agent.wait()) == 1);
 }

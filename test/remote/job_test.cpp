@@ -155,3 +155,76 @@ TEST_CASE("connect's misuse") {
   CHECK_THROWS_WITH_AS((void)rig::remote::connect(key, {{"127.0.0.1", 5}, {"127.0.0.1", 5}}),
                        "rig: connect: 127.0.0.1:5 is listed twice", std::invalid_argument);
 }
+
+TEST_CASE("rigd logs each job's start and its end with the root cause, exactly once each") {
+  const std::string key_file = make_key_file("log");
+  const auto key = load_key(key_file);
+  Rigd a(key_file);
+  std::vector<std::string> log;  // every line rigd and its children write on stderr, in order
+  auto until = [&](const std::string& needle) -> std::optional<std::string> {
+    while (auto l = a.p->err_line(10'000)) {
+      log.push_back(*l);
+      if (l->find(needle) != std::string::npos) return l;
+    }
+    return std::nullopt;
+  };
+  // Job 1 closes in order.
+  {
+    auto job = rig::remote::connect(key, {a.address()});
+    REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+    job->close();
+    REQUIRE(until("job 1: closed").has_value());
+  }
+  // Job 2 fails: its controller is killed.
+  {
+    Process controller({env("RIG_TEST_CONTROLLER"), key_file, "--hold-ms", "60000", a.name()});
+    REQUIRE(controller.line() == "started");
+    controller.signal(SIGKILL);
+    REQUIRE(until("job 2: failed").has_value());
+  }
+  // Job 3's process crashes (SIGKILL): it reports nothing, so the daemon names the signal.
+  {
+    const auto waiting = until("job 3: waiting for a controller in process ");
+    REQUIRE(waiting.has_value());
+    const pid_t child = std::stoi(waiting->substr(waiting->rfind(' ') + 1));
+    auto job = rig::remote::connect(key, {a.address()});
+    REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+    kill(child, SIGKILL);
+    REQUIRE(until("job 3: process ended").has_value());
+    CHECK(rig::test::wait_for_failure(*job, std::chrono::steady_clock::now(), 5).has_value());
+    job->close();
+  }
+  // The whole log, to rigd's exit: nothing of these jobs comes later.
+  a.p->signal(SIGTERM);
+  while (auto l = a.p->err_line(10'000)) log.push_back(*l);
+
+  const std::string daemon = "rigd[" + std::to_string(a.p->pid()) + "]: ";
+  const std::vector<std::string> ends = {
+      daemon + "job 1: closed",
+      daemon + "job 2: failed controller: closed its connection",
+      daemon + "job 3: process ended by signal 9 (Killed)",
+  };
+  for (int n = 1; n <= 3; ++n) {
+    const std::string tag = "job " + std::to_string(n) + ": ";
+    std::vector<std::string> starts, finals;
+    for (const auto& l : log) {
+      if (l.find(tag) == std::string::npos) continue;
+      if (l.find(tag + "started by the controller at ") != std::string::npos) {
+        starts.push_back(l);
+      } else if (!Rigd::is_job_progress(l)) {
+        finals.push_back(l);
+      }
+    }
+    INFO("job " << n);
+    // The start comes from the job's own process, which alone knows the controller's address.
+    REQUIRE(starts.size() == 1);
+    CHECK(starts[0].rfind("rigd[", 0) == 0);
+    CHECK(starts[0].find(daemon) == std::string::npos);
+    const std::string at = tag + "started by the controller at 127.0.0.1:";
+    CHECK(starts[0].find(at) != std::string::npos);
+    CHECK(starts[0].find(", which names this agent " + a.name()) != std::string::npos);
+    // The end comes from the daemon, which learns it even when the process dies without a word.
+    REQUIRE(finals.size() == 1);
+    CHECK(finals[0] == ends[static_cast<std::size_t>(n - 1)]);
+  }
+}

@@ -49,9 +49,13 @@ inline rig::remote::Key load_key(const std::string& file) {
   return *k;
 }
 
-// A TCP connection to 127.0.0.1:port, made by hand (no handshake).
-inline int connect_loopback(int port) {
+// A TCP connection to 127.0.0.1:port, made by hand (no handshake). A non-zero `receive_bytes`
+// sets the socket's receive buffer before the connect, so that the window it offers stays small.
+inline int connect_loopback(int port, int receive_bytes = 0) {
   const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (receive_bytes > 0) {
+    REQUIRE(setsockopt(s, SOL_SOCKET, SO_RCVBUF, &receive_bytes, sizeof receive_bytes) == 0);
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -107,12 +111,18 @@ struct Rigd {
     REQUIRE(l.has_value());
     return std::stoi(l->substr(l->rfind(' ') + 1));
   }
-  // rigd's log line for the end of job `n`.
+  // rigd's log line for the end of job `n` (skipping the job's other lines).
   std::optional<std::string> job_end(int n, int ms = 5000) {
     for (;;) {
       auto l = p->err_until("job " + std::to_string(n) + ": ", ms);
-      if (!l || l->find("waiting for a controller") == std::string::npos) return l;
+      if (!l || !is_job_progress(*l)) return l;
     }
+  }
+  // Whether a log line of a job is one of its lines before its end.
+  static bool is_job_progress(const std::string& l) {
+    return l.find("waiting for a controller") != std::string::npos ||
+           l.find("started by the controller at ") != std::string::npos ||
+           l.find("cannot accept a connection at ") != std::string::npos;
   }
 };
 

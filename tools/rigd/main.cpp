@@ -1,6 +1,7 @@
 // rigd: the agent daemon. Binds its port before it touches any device, then serves jobs one after
 // another, each in a fresh child process (a failed device can leave a process unusable; the daemon
-// itself stays clean), and logs one line per job start and end with the root cause.
+// itself stays clean), and logs one line per job start, with the controller's address, and one per
+// end, with the root cause.
 //
 //   rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--once]
 //
@@ -68,6 +69,7 @@ struct Options {
   bool once = false;
   bool serve_child = false;  // internal: a child serving one job on the inherited socket
   int serve_fd = -1;
+  std::uint64_t job = 0;   // internal: the job number a child's log lines carry
   int timing_divisor = 1;  // test-only: scales the liveness times down
 };
 
@@ -104,6 +106,12 @@ Options parse(int argc, char** argv) {
       const long fd = std::strtol(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || fd < 0 || fd > 1'000'000) usage("bad --serve-fd " + v);
       o.serve_fd = static_cast<int>(fd);
+    } else if (arg == "--job") {
+      char* end = nullptr;
+      const std::string v = value();
+      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0') usage("bad --job " + v);
+      o.job = n;
     } else if (arg == "--test-timing-divisor") {
       o.timing_divisor = std::atoi(value().c_str());
       if (o.timing_divisor < 1) usage("--test-timing-divisor must be at least 1");
@@ -144,7 +152,10 @@ std::vector<std::pair<std::string, rig::remote::Opener>> openers(const std::stri
 
 // The child: serve one job on the inherited socket, report its end on the report pipe, exit.
 int serve_one(const Options& o, const rig::remote::Key& key) {
-  rig::remote::set_agent_log(log);
+  // The child logs the job's start itself (only it knows the controller); the daemon logs the end,
+  // which it learns even when the child dies without a word. Both lines carry the job's number.
+  const std::string prefix = "job " + std::to_string(o.job) + ": ";
+  rig::remote::set_agent_log([prefix](const std::string& line) { log(prefix + line); });
   auto agent =
       rig::remote::adopt_listener(key, o.serve_fd, o.port, o.host + ":" + std::to_string(o.port));
   try {
@@ -230,7 +241,7 @@ int main(int argc, char** argv) {
   std::thread(watchdog).detach();
 
   if (o.once) {
-    rig::remote::set_agent_log(log);
+    rig::remote::set_agent_log([](const std::string& line) { log("job: " + line); });
     try {
       auto r = rig::remote::serve(*agent, openers(o.kinds));
       log(r ? "job: closed" : "job: failed " + r.error());
@@ -276,6 +287,8 @@ int main(int argc, char** argv) {
                                        o.kinds,
                                        "--serve-fd",
                                        std::to_string(listen_fd),
+                                       "--job",
+                                       std::to_string(job),
                                        "--test-timing-divisor",
                                        std::to_string(o.timing_divisor)};
       std::vector<char*> argv_child;
@@ -296,7 +309,9 @@ int main(int argc, char** argv) {
     if (!report.empty()) {
       end = report;
     } else if (WIFSIGNALED(status)) {
-      end = "process ended by signal " + std::to_string(WTERMSIG(status));
+      // A crash or a kill: the child reported nothing, so the signal is the root cause we know.
+      end = "process ended by signal " + std::to_string(WTERMSIG(status)) + " (" +
+            strsignal(WTERMSIG(status)) + ")";
     } else {
       end = "process exited with status " + std::to_string(WEXITSTATUS(status));
     }
