@@ -517,9 +517,10 @@ TEST_CASE("an abort still arrives when the agent fails with bytes unread on both
   send_message(s, rig::remote::Join{"A", {"A"}, {a.name()}});
   rig::remote::FrameDecoder d;
   REQUIRE(read_until<rig::remote::Ready>(s, d));
-  // From here this end reads nothing for a while. Empty submissions to the host, each answered by a REACHED that backs up
-  // behind our small window into the agent's queue; then a frame of an unknown type, which fails
-  // the agent's job; then bytes the agent has still not read when it fails.
+  // From here this end reads nothing for a while. Empty submissions to the host, each answered by a
+  // REACHED that backs up behind our small window into the agent's queue; then a frame of an
+  // unknown type, which fails the agent's job; then bytes the agent has still not read when it
+  // fails.
   constexpr long marks = 20'000;
   std::vector<std::uint8_t> burst;
   for (long i = 0; i < marks; ++i) {
