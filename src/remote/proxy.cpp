@@ -202,9 +202,21 @@ void RemoteDriver::admit(const rig::detail::Work& work) {
 }
 
 void RemoteDriver::ready(const rig::detail::Work& work) {
-  // Work on this machine follows all work sent to it before, so only other devices' work (which
-  // writes or reads this process's memory that the submission copies) is waited for here: its
-  // bytes must be in place before they are sent, and must not be overwritten before it is done.
+  // The bytes a copy from this process's memory sends must be in place before they are read for
+  // the message, whichever device wrote them last, this one included (its copies into this
+  // process's memory land only when their DATA arrives). The core leaves work on this device out
+  // of work.deps, so the last write of each such source is looked up here, under the submission
+  // lock that guards it.
+  for (const auto& part : work.parts) {
+    const auto* c = std::get_if<rig::detail::CopyWork>(&part);
+    if (c == nullptr || !is_local(c->src) || !c->src->uses.last_write) continue;
+    const rig::detail::Dep& w = *c->src->uses.last_write;
+    if (w.device->timeline().reached() >= w.value) continue;
+    const rig::detail::SignalsOpen waiting;
+    w.device->timeline().wait(w.value);
+  }
+  // Otherwise work on this machine follows all work sent to it before, so only other devices'
+  // work is waited for: work that uses this process's memory that the submission copies into.
   for (const rig::detail::Dep& dep : work.deps) {
     if (same_machine(*dep.device)) continue;
     const rig::detail::SignalsOpen waiting;

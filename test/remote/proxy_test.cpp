@@ -145,3 +145,182 @@ TEST_CASE(
   CHECK_THROWS_AS(rig::Buffer::make(sim, 16), rig::Lost);
   job.close();
 }
+
+namespace {
+
+// One thread's share of the randomized test: its own buffers on every device of the job, and the
+// model of their contents that every submission is checked against.
+struct RandomWorker {
+  static constexpr std::size_t words = 64;
+  struct Slot {
+    rig::Buffer buffer;
+    std::vector<std::uint32_t> model;
+    int machine;  // -1: this process
+  };
+  std::vector<Slot> slots;
+  std::vector<std::vector<std::uint32_t>> local_memory;  // what local slots borrow
+  std::vector<rig::Image> images;                        // per machine
+  std::vector<std::vector<rig::Device>> proxies;         // per machine
+  std::uint64_t state;
+
+  std::uint64_t next() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  }
+  std::size_t pick(std::size_t n) { return static_cast<std::size_t>(next() % n); }
+
+  void run(int operations) {
+    for (int i = 0; i < operations; ++i) {
+      const std::size_t what = pick(10);
+      if (what < 6) {
+        copy_op();
+      } else if (what < 9) {
+        run_op();
+      } else {
+        check_op();
+      }
+    }
+  }
+
+  // A copy between two slots rig can copy between: one machine's, or this process's and one.
+  void copy_op() {
+    const Slot* src = &slots[pick(slots.size())];
+    Slot* dst = &slots[pick(slots.size())];
+    if (src->machine >= 0 && dst->machine >= 0 && src->machine != dst->machine) return;
+    if (src->machine < 0 && dst->machine < 0) return;  // a local copy tests nothing remote
+    const std::size_t n = 1 + pick(words);
+    const std::size_t so = pick(words - n + 1), d_o = pick(words - n + 1);
+    if (src == dst && so != d_o) return;  // overlapping copies within one buffer: not modelled
+    rig::copy(dst->buffer, d_o * 4, src->buffer, so * 4, n * 4);
+    std::memmove(dst->model.data() + d_o, src->model.data() + so, n * 4);
+  }
+
+  // mix_u32 on a SIM device of one machine, over two of that machine's slots.
+  void run_op() {
+    const int m = static_cast<int>(pick(proxies.size()));
+    std::vector<Slot*> mine;
+    for (Slot& s : slots) {
+      if (s.machine == m) mine.push_back(&s);
+    }
+    Slot* dst = mine[pick(mine.size())];
+    Slot* src = mine[pick(mine.size())];
+    if (dst == src) return;
+    const std::uint32_t k = static_cast<std::uint32_t>(next());
+    const rig::Device& d = proxies[m][pick(proxies[m].size())];
+    rig::Image image = images[m];
+    if (image.device() != d) return;  // the program is loaded on the machine's first SIM
+    const rig::Part run = rig::Run{image,
+                                   "mix_u32",
+                                   rig::Shape::linear(1),
+                                   {rig::Arg::inout(dst->buffer), rig::Arg::in(src->buffer),
+                                    rig::Arg::word(words), rig::Arg::word(k)}};
+    rig::submit(d, run);
+    for (std::size_t i = 0; i < words; ++i) dst->model[i] = dst->model[i] * 3u + src->model[i] + k;
+  }
+
+  // Brings a remote slot's bytes back and compares them with the model now.
+  void check_op() {
+    Slot& s = slots[pick(slots.size())];
+    if (s.machine < 0) return;
+    std::vector<std::uint32_t> got(words);
+    rig::copy(rig::Buffer::borrow(got.data(), words * 4), s.buffer).wait();
+    compare(got, s);
+  }
+
+  // Threads other than the test's may not use doctest's assertions: a mismatch throws.
+  static void compare(const std::vector<std::uint32_t>& got, const Slot& s) {
+    for (std::size_t i = 0; i < words; ++i) {
+      if (got[i] != s.model[i]) {
+        throw std::runtime_error("word " + std::to_string(i) + " of a buffer on " +
+                                 s.buffer.device().name() + " is " + std::to_string(got[i]) +
+                                 ", the model says " + std::to_string(s.model[i]));
+      }
+    }
+  }
+
+  void check_all() {
+    for (Slot& s : slots) {
+      std::vector<std::uint32_t> got(words);
+      if (s.machine < 0) {
+        auto bytes = s.buffer.access();
+        std::memcpy(got.data(), bytes.data(), words * 4);
+      } else {
+        rig::copy(rig::Buffer::borrow(got.data(), words * 4), s.buffer).wait();
+      }
+      compare(got, s);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("10,000 random submissions from 4 threads across two machines match a sequential model") {
+  const std::uint64_t seed = [] {
+    const char* s = std::getenv("RIG_TEST_SEED");
+    return s != nullptr ? std::strtoull(s, nullptr, 10)
+                        : static_cast<std::uint64_t>(
+                              std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
+  MESSAGE("seed " << seed << " (RIG_TEST_SEED=" << seed << " repeats it)");
+  const auto key = rig::test::make_key_file("proxy-random");
+  const std::vector<std::string> env = {"RIG_SIM_LATENCY_US=0-150",
+                                        "RIG_SIM_SEED=" + std::to_string(seed)};
+  Rigd a(key, {}, env), b(key, {}, env);
+  auto job = start(key, {&a, &b});
+  std::vector<std::vector<rig::Device>> proxies = {sims(job, 0), sims(job, 1)};
+  std::vector<rig::Image> images;
+  for (auto& p : proxies) {
+    auto image = rig::load(p[0], rig::test::test_kernels());
+    REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
+    images.push_back(*image);
+  }
+  constexpr int threads = 4;
+  constexpr int per_thread = 2500;
+  std::vector<RandomWorker> workers(threads);
+  for (int t = 0; t < threads; ++t) {
+    RandomWorker& w = workers[t];
+    w.state = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(t) + 1;
+    w.images = images;
+    w.proxies = proxies;
+    w.local_memory.resize(3, std::vector<std::uint32_t>(RandomWorker::words));
+    auto add = [&](rig::Buffer b, int machine, std::uint32_t tag) {
+      RandomWorker::Slot s{std::move(b), std::vector<std::uint32_t>(RandomWorker::words), machine};
+      for (std::size_t i = 0; i < RandomWorker::words; ++i) s.model[i] = tag * 1000 + i;
+      rig::copy(s.buffer, rig::Buffer::borrow(s.model.data(), RandomWorker::words * 4)).wait();
+      w.slots.push_back(std::move(s));
+    };
+    std::uint32_t tag = 1 + 100 * static_cast<std::uint32_t>(t);
+    for (auto& mem : w.local_memory) {
+      RandomWorker::Slot s{rig::Buffer::borrow(mem.data(), RandomWorker::words * 4),
+                           std::vector<std::uint32_t>(RandomWorker::words), -1};
+      for (std::size_t i = 0; i < RandomWorker::words; ++i) mem[i] = s.model[i] = tag * 1000 + i;
+      ++tag;
+      w.slots.push_back(std::move(s));
+    }
+    for (int m = 0; m < 2; ++m) {
+      for (const rig::Device& d : proxies[m])
+        add(rig::Buffer::make(d, RandomWorker::words * 4), m, tag++);
+      add(rig::Buffer::make(proxies[m][0], RandomWorker::words * 4), m, tag++);
+      add(rig::Buffer::make(job.hosts()[m], RandomWorker::words * 4), m, tag++);
+    }
+  }
+  std::vector<std::thread> pool;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        workers[t].run(per_thread);
+      } catch (const std::exception& e) {
+        ++failures;
+        MESSAGE("thread " << t << ": " << std::string(e.what()));
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  REQUIRE(failures == 0);
+  for (auto& w : workers) w.check_all();
+  CHECK_FALSE(job.failed());
+  job.close();
+}
