@@ -332,14 +332,14 @@ void Connection::write_buffers(std::vector<std::uint8_t> owned, std::span<const 
     broken(rc);
     return;
   }
-  ++writes_pending_;
+  if (writes_pending_++ == 0 && sending_watch_) sending_watch_(true);
   liveness_.backlog(now);
 }
 
 void Connection::on_write(uv_write_t* req, int status) {
   auto* w = static_cast<Write*>(req->data);
   Connection* c = w->conn;
-  --c->writes_pending_;
+  if (--c->writes_pending_ == 0 && c->sending_watch_) c->sending_watch_(false);
   const std::int64_t now = c->reactor_.now_ms();
   c->liveness_.sent(now);
   c->liveness_.progress(now, c->writes_pending_ > 0);

@@ -108,6 +108,11 @@ class Connection {
   std::string peer_address() const;
   // Bytes queued to send and not yet handed to the kernel.
   std::size_t backlog_bytes() const noexcept;
+  // Called with true when a write could not go to the kernel whole and waits in libuv's queue,
+  // and with false once that queue is empty again: while true, the connection "is sending".
+  void set_sending_watch(std::function<void(bool sending)> watch) {
+    sending_watch_ = std::move(watch);
+  }
 
   // Opaque per-connection data for the owner (an index, a role).
   std::uint64_t tag = 0;
@@ -161,6 +166,7 @@ class Connection {
   bool end_when_proven_ = false;  // end() came during the handshake, with a final message
   std::optional<Message> final_when_proven_;
   bool handle_open_ = false;
+  std::function<void(bool)> sending_watch_;
 };
 
 // Appends to a write the frames of type `type` (PAYLOAD or DATA) that carry `bytes` from where

@@ -76,9 +76,18 @@ ControllerJob::~ControllerJob() {
 }
 
 void ControllerJob::start() {
+  state_->sending = std::make_unique<std::atomic<bool>[]>(members_.size());
+  state_->sending_count = members_.size();
   for (std::size_t i = 0; i < members_.size(); ++i) {
     Connection& c = add_connection(members_[i].name);
     c.tag = i;
+    c.set_sending_watch([state = state_.get(), i](bool sending) {
+      state->sending[i].store(sending, std::memory_order_release);
+      if (!sending) {
+        state->send_progress.fetch_add(1, std::memory_order_release);
+        state->send_progress.notify_all();
+      }
+    });
     members_[i].connection = &c;
     DialerConfig config{Role::controller, "controller", id_, members_[i].name, instance_};
     c.dial(reinterpret_cast<const sockaddr*>(&members_[i].address),

@@ -48,6 +48,11 @@ struct JobState {
   std::map<std::pair<std::size_t, std::string>, std::vector<Device>> opened;
   Signal started;
   Signal finished;  // every connection has closed
+  // Per agent, whether its connection is sending a message that did not fit the kernel's buffer
+  // at once; a submit waits while it is. Set by the loop; `send_progress` wakes the waiters.
+  std::unique_ptr<std::atomic<bool>[]> sending;
+  std::size_t sending_count = 0;
+  std::atomic<std::uint32_t> send_progress{0};
   std::atomic<bool> close_sent{false};
   std::atomic<bool> closed{false};
   pid_t pid = 0;

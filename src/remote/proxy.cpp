@@ -191,13 +191,27 @@ void RemoteDriver::admit(const rig::detail::Work& work) {
           "not on a device of another machine");
     }
   }
-  // Flow control: wait while the device has more than its share of work not yet reached.
+  // Flow control: wait while the connection sends an earlier message that the kernel could not
+  // take at once, and while the device has more than its share of work not yet reached.
+  wait_while_sending();
   for (;;) {
     const std::uint32_t seen = progress_.load(std::memory_order_acquire);
     if (inflight_bytes_.load(std::memory_order_acquire) <= inflight_bytes_max) return;
     if (stopped_.load(std::memory_order_acquire)) return;  // the next check raises Lost
     const rig::detail::SignalsOpen waiting;
     progress_.wait(seen, std::memory_order_acquire);
+  }
+}
+
+void RemoteDriver::wait_while_sending() {
+  auto job = live_job();
+  if (!job || job->sending_count <= member_) return;
+  for (;;) {
+    const std::uint32_t seen = job->send_progress.load(std::memory_order_acquire);
+    if (!job->sending[member_].load(std::memory_order_acquire)) return;
+    if (stopped_.load(std::memory_order_acquire)) return;
+    const rig::detail::SignalsOpen waiting;
+    job->send_progress.wait(seen, std::memory_order_acquire);
   }
 }
 

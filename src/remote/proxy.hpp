@@ -85,6 +85,7 @@ class RemoteDriver final : public rig::detail::Driver {
 
  private:
   std::shared_ptr<JobState> live_job() const;
+  void wait_while_sending();
 
   const std::weak_ptr<JobState> job_;
   const std::size_t member_;

@@ -3,6 +3,10 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstring>
 #include <numeric>
@@ -321,6 +325,180 @@ TEST_CASE("10,000 random submissions from 4 threads across two machines match a 
   for (auto& th : pool) th.join();
   REQUIRE(failures == 0);
   for (auto& w : workers) w.check_all();
+  CHECK_FALSE(job.failed());
+  job.close();
+}
+
+TEST_CASE(
+    "a submit blocks while its device has more than 64 MiB of work not reached, then resumes") {
+  // Every operation of the agent's SIM devices takes 0.4 s: nothing is reached for a while.
+  const auto key = rig::test::make_key_file("proxy-64mib");
+  Rigd a(key, {}, {"RIG_SIM_LATENCY_US=400000"});
+  auto job = start(key, {&a});
+  const rig::Device sim = sims(job, 0)[0];
+  constexpr std::size_t chunk = std::size_t{16} << 20;
+  std::vector<std::uint8_t> in = pattern(chunk, 5);
+  auto src = rig::Buffer::borrow(in.data(), chunk);
+  // Buffers first: making one is a round trip that waits for the work sent before it.
+  std::vector<rig::Buffer> remote;
+  for (int i = 0; i < 5; ++i) remote.push_back(rig::Buffer::make(sim, chunk));
+  std::vector<std::uint64_t> values;
+  // Four copies of 16 MiB, plus their messages: just over 64 MiB in flight. Each submit returns,
+  // since before each the device had at most 48 MiB outstanding.
+  for (int i = 0; i < 4; ++i) values.push_back(rig::copy(remote[i], src).value);
+  CHECK(sim.reached() < values[0]);
+  // The fifth waits for a report.
+  std::atomic<bool> returned{false};
+  std::uint64_t reached_at_return = 0;
+  std::thread fifth([&] {
+    rig::copy(remote.back(), src);
+    reached_at_return = sim.reached();
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const bool returned_early = returned.load();
+  const std::uint64_t reached_then = sim.reached();
+  fifth.join();
+  // It cannot have returned before the first copy was reported reached (unless the device had
+  // reached it before the check above, which 0.4 s per copy rules out).
+  if (reached_then < values[0]) CHECK_FALSE(returned_early);
+  CHECK(reached_at_return >= values[0]);
+  std::vector<std::uint8_t> out(chunk);
+  rig::copy(rig::Buffer::borrow(out.data(), chunk), remote.back()).wait();
+  CHECK(out == in);
+  CHECK_FALSE(job.failed());
+  job.close();
+}
+
+TEST_CASE("killing an agent wakes 8 threads waiting on its proxies with Lost and the cause") {
+  const auto key = rig::test::make_key_file("proxy-kill");
+  Rigd a(key), b(key);
+  auto job = start(key, {&a, &b});
+  const auto d = sims(job, 0);
+  auto image = rig::load(d[0], rig::test::test_kernels());
+  REQUIRE(image.ok());
+  // A run that never ends (it spins until a flag that stays 0), so that work behind it waits.
+  auto flag = rig::Buffer::make(job.hosts()[0], 4);
+  std::uint32_t zero = 0;
+  rig::copy(flag, rig::Buffer::borrow(&zero, 4)).wait();
+  const rig::Part hold = rig::Run{*image, "hold", rig::Shape::linear(1), {rig::Arg::in(flag)}};
+  rig::submit(d[0], hold);
+  std::atomic<int> woken{0};
+  std::vector<std::string> causes(8);
+  std::vector<double> at(8);
+  std::vector<std::thread> waiters;
+  const auto t_kill = std::make_shared<std::atomic<std::int64_t>>(0);
+  for (int t = 0; t < 8; ++t) {
+    const rig::Device& dev = d[t % 2];
+    const std::uint64_t v = rig::submit(dev, std::span<const rig::Part>{});
+    waiters.emplace_back([&, t, dev, v] {
+      try {
+        dev.wait(v);
+        causes[t] = "woke without a loss";
+      } catch (const rig::Lost& e) {
+        causes[t] = e.what();
+      }
+      at[t] = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                  .count();
+      ++woken;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(woken == 0);
+  const pid_t job_process = a.job_pid(1);
+  const double killed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  ::kill(job_process, SIGKILL);
+  for (auto& w : waiters) w.join();
+  // The controller learns of the death itself, or first from the other agent's abort: either way
+  // the cause names the killed agent, and every thread wakes with the job's one cause.
+  const auto cause = job.failed();
+  REQUIRE(cause.has_value());
+  CHECK((*cause == a.name() + ": closed its connection" ||
+         *cause == b.name() + " aborted: " + a.name() + ": closed its connection"));
+  for (int t = 0; t < 8; ++t) {
+    CAPTURE(t);
+    CHECK(causes[t] == *cause);
+    CHECK(at[t] - killed < 1.0);
+  }
+  CHECK_THROWS_AS(rig::submit(d[1], std::span<const rig::Part>{}), rig::Lost);
+  job.close();
+}
+
+namespace {
+
+// What SIGALRM's handler does: an empty submission to a remote host, from inside whatever the
+// interrupted thread was doing. Counted by outcome.
+std::atomic<int> alarms{0}, alarm_submitted{0}, alarm_refused{0}, alarm_other{0};
+std::atomic<std::uint64_t> alarm_last_value{0};
+const rig::Device* alarm_device = nullptr;
+
+void on_alarm(int) {
+  ++alarms;
+  try {
+    alarm_last_value = rig::submit(*alarm_device, std::span<const rig::Part>{});
+    ++alarm_submitted;
+  } catch (const std::invalid_argument&) {
+    ++alarm_refused;  // the interrupted submit holds the submission lock in one of its waits
+  } catch (...) {
+    ++alarm_other;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("submits from a signal handler that interrupts submits neither deadlock nor corrupt") {
+  const auto key = rig::test::make_key_file("proxy-signal");
+  Rigd a(key);
+  auto job = start(key, {&a});
+  const rig::Device sim = sims(job, 0)[0];
+  const rig::Device remote_host = job.hosts()[0];
+  constexpr std::size_t n = 64 * 1024;
+  const std::vector<std::uint8_t> in = pattern(n, 9);
+  std::vector<std::uint8_t> back(n), out(n);
+  const auto src = rig::Buffer::borrow(const_cast<std::uint8_t*>(in.data()), n);
+  const auto mid = rig::Buffer::borrow(back.data(), n);
+  const auto r1 = rig::Buffer::make(sim, n), r2 = rig::Buffer::make(sim, n);
+  alarm_device = &remote_host;
+
+  // SIGALRM every 50 us, to this thread only (a process-wide signal could land on any thread).
+  struct sigaction sa {};
+  sa.sa_handler = on_alarm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  REQUIRE(sigaction(SIGALRM, &sa, nullptr) == 0);
+  sigevent ev{};
+  ev.sigev_notify = SIGEV_THREAD_ID;
+  ev.sigev_signo = SIGALRM;
+  ev._sigev_un._tid = gettid();
+  timer_t timer;
+  REQUIRE(timer_create(CLOCK_MONOTONIC, &ev, &timer) == 0);
+  itimerspec every{{0, 50'000}, {0, 50'000}};
+  REQUIRE(timer_settime(timer, 0, &every, nullptr) == 0);
+  // Nothing here allocates outside rig's calls, where the handler may run: only rig's calls and
+  // handles. Each round copies out, back, and out again; the last copy waits, holding the
+  // submission lock, for the bytes of the copy back (a wait in which the handler runs).
+  constexpr int rounds = 2000;
+  for (int i = 0; i < rounds; ++i) {
+    rig::copy(r1, src);
+    rig::copy(mid, r1);
+    rig::copy(r2, mid);
+  }
+  const itimerspec off{};
+  timer_settime(timer, 0, &off, nullptr);
+  timer_delete(timer);
+  signal(SIGALRM, SIG_DFL);
+
+  rig::copy(rig::Buffer::borrow(out.data(), n), r2).wait();
+  CHECK(out == in);
+  remote_host.wait(alarm_last_value.load());
+  MESSAGE(alarms.load() << " alarms: " << alarm_submitted.load() << " submitted, "
+                        << alarm_refused.load() << " refused");
+  CHECK(alarms.load() >= 1000);
+  CHECK(alarm_submitted.load() > 0);
+  CHECK(alarm_refused.load() > 0);
+  CHECK(alarm_other.load() == 0);
+  CHECK(alarm_submitted.load() + alarm_refused.load() == alarms.load());
   CHECK_FALSE(job.failed());
   job.close();
 }
