@@ -1,0 +1,50 @@
+// The harness's processes: agents, echo peers and workers it starts, each pinned to a core when
+// asked, and the little it reads from /proc about them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rig/result.hpp"
+
+namespace rig::bench {
+
+// A process this harness started. Owner: the harness's main thread; stop() or wait() reaps it.
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;  // its stdout, when captured
+};
+
+// Starts argv[0] (a path) with `cpu` >= 0 as its only core (set before exec, so every thread it
+// makes inherits it), its stdout on a pipe when `capture_stdout`, and its stderr appended to
+// `err_path` when that is not empty (else ours).
+Result<Child> spawn(const std::vector<std::string>& argv, int cpu, bool capture_stdout,
+                    const std::string& err_path = {});
+
+// One line from `fd` within `timeout_ms`, without the newline; nothing on timeout or end of file.
+std::optional<std::string> read_line(int fd, int timeout_ms);
+// Everything from `fd` until end of file.
+std::string read_all(int fd);
+// Waits for the child to end and returns its wait status.
+int wait_exit(Child& c);
+// Sends `sig`, waits up to `wait_ms`, then kills it; closes its pipe.
+void stop(Child& c, int sig, int wait_ms);
+
+// Pins the calling thread (and so every thread it makes later) to `cpu`.
+bool pin_self(int cpu);
+
+// CPU time used by every thread of `pid`, in ns, from /proc/PID/task/*/schedstat (the scheduler's
+// run time, ns resolution), or nothing if it cannot be read.
+std::optional<std::uint64_t> cpu_ns_schedstat(pid_t pid);
+// The same from /proc/PID/stat (utime + stime, in clock ticks turned into ns: 10 ms resolution).
+std::optional<std::uint64_t> cpu_ns_stat(pid_t pid);
+// This process's resident memory in bytes (VmRSS).
+std::uint64_t rss_bytes();
+// The children of `pid` (/proc/PID/task/PID/children).
+std::vector<pid_t> children_of(pid_t pid);
+
+}  // namespace rig::bench

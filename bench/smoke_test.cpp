@@ -1,0 +1,147 @@
+// The harness's smoke test: a --quick run must write a results file with every key the README
+// documents and a well-formed PNG. It checks shape, never timings.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "png.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  REQUIRE_MESSAGE(v != nullptr, name << " is not set (run through meson test)");
+  return v;
+}
+
+std::uint32_t be32(const std::vector<std::uint8_t>& b, std::size_t at) {
+  return (std::uint32_t{b[at]} << 24) | (std::uint32_t{b[at + 1]} << 16) |
+         (std::uint32_t{b[at + 2]} << 8) | std::uint32_t{b[at + 3]};
+}
+
+// Checks the PNG's structure: signature, then chunks each with a correct CRC, IHDR first with a
+// sane size, at least one IDAT, IEND last with nothing after it.
+void check_png(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  REQUIRE(f);
+  const std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(f)),
+                                    std::istreambuf_iterator<char>());
+  const std::vector<std::uint8_t> signature = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  REQUIRE(b.size() > signature.size());
+  REQUIRE(std::equal(signature.begin(), signature.end(), b.begin()));
+  std::vector<std::string> types;
+  std::size_t at = signature.size();
+  while (at < b.size()) {
+    REQUIRE(at + 12 <= b.size());
+    const std::uint32_t len = be32(b, at);
+    REQUIRE(at + 12 + len <= b.size());
+    const std::string type(b.begin() + static_cast<std::ptrdiff_t>(at + 4),
+                           b.begin() + static_cast<std::ptrdiff_t>(at + 8));
+    const std::uint32_t crc = rig::bench::crc32(
+        std::span<const std::uint8_t>(b.data() + at + 4, 4 + static_cast<std::size_t>(len)));
+    CHECK_MESSAGE(crc == be32(b, at + 8 + len), "bad CRC in chunk " << type);
+    if (type == "IHDR") {
+      REQUIRE(len == 13);
+      CHECK(be32(b, at + 8) >= 800);   // width
+      CHECK(be32(b, at + 12) >= 600);  // height
+    }
+    types.push_back(type);
+    at += 12 + len;
+  }
+  REQUIRE(!types.empty());
+  CHECK(types.front() == "IHDR");
+  CHECK(types.back() == "IEND");
+  CHECK(std::count(types.begin(), types.end(), "IDAT") >= 1);
+  CHECK(at == b.size());
+}
+
+void check_stats(const nlohmann::json& stats, const std::string& where) {
+  INFO(where);
+  for (const char* key :
+       {"count", "warmup_excluded", "p50", "p90", "p99", "p99_9", "mean", "min", "max"}) {
+    CHECK_MESSAGE(stats.contains(key), "no " << key);
+  }
+  CHECK(stats["count"].get<long>() > 0);
+}
+
+}  // namespace
+
+TEST_CASE("rig-bench --quick writes the results file and a valid PNG report") {
+  const fs::path out = fs::temp_directory_path() / ("rig-bench-smoke-" + std::to_string(getpid()));
+  fs::remove_all(out);
+  const std::string cmd = "'" + env("RIG_BENCH") + "' --quick --rigd '" + env("RIG_RIGD") +
+                          "' --out '" + out.string() + "' >'" + out.string() + ".log' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::ifstream log(out.string() + ".log");
+    MESSAGE(std::string((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>()));
+  }
+  REQUIRE(rc == 0);
+
+  std::vector<fs::path> jsons, pngs;
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (e.path().extension() == ".json") jsons.push_back(e.path());
+    if (e.path().extension() == ".png") pngs.push_back(e.path());
+  }
+  REQUIRE(jsons.size() == 1);
+  REQUIRE(pngs.size() == 1);
+  CHECK(pngs[0].stem() == jsons[0].stem());
+
+  std::ifstream f(jsons[0]);
+  const auto j = nlohmann::json::parse(f);
+  for (const char* key : {"cpu_model", "cores", "kernel", "name"}) {
+    CHECK_MESSAGE(j["machine"].contains(key), "machine." << key);
+  }
+  for (const char* key : {"rig", "git", "compiler", "libuv", "libsodium", "nlohmann_json"}) {
+    CHECK_MESSAGE(j["versions"].contains(key), "versions." << key);
+  }
+  check_stats(j["clock"]["steady_clock_ns"], "clock");
+  CHECK(j["run"]["quick"] == true);
+  CHECK(!j["placements"].empty());
+
+  bool saw_rig_latency = false, saw_placeholder = false, saw_scale = false;
+  for (const auto& s : j["scenarios"]) {
+    INFO(s.dump().substr(0, 300));
+    REQUIRE(s.contains("id"));
+    REQUIRE(s.contains("status"));
+    if (s["status"] == "skipped") {
+      CHECK(!s["reason"].get<std::string>().empty());
+      saw_placeholder = saw_placeholder || s["id"] == "rig.sim.copy64";
+      continue;
+    }
+    REQUIRE(s["status"] == "ran");
+    for (const auto& [placement, r] : s["results"].items()) {
+      const std::string where = s["id"].get<std::string>() + " " + placement;
+      REQUIRE_MESSAGE(!r.contains("error"), where << ": " << r.value("error", ""));
+      if (r.contains("stats")) check_stats(r["stats"], where);
+      if (r.contains("points")) {
+        for (const auto& p : r["points"]) {
+          if (p.contains("stats")) check_stats(p["stats"], where);
+          if (p.contains("job_start_ms")) check_stats(p["job_start_ms"], where);
+        }
+      }
+      if (s["metric"] == "latency") CHECK(!r["cdf"].empty());
+      if (s.contains("baseline")) CHECK(r.contains("ratio"));
+    }
+    saw_rig_latency = saw_rig_latency || s["id"] == "rig.host.empty";
+    saw_scale = saw_scale || s["id"] == "rig.scale";
+  }
+  CHECK(saw_rig_latency);
+  CHECK(saw_placeholder);
+  CHECK(saw_scale);
+
+  check_png(pngs[0].string());
+  fs::remove_all(out);
+  fs::remove(out.string() + ".log");
+}
