@@ -78,8 +78,8 @@ std::span<const Scenario> scenarios();
 // {"scenario id": result} with {"error": why} for one that threw.
 nlohmann::json run_placement(Ctx& ctx);
 
-// The bytes one empty submission puts on the wire each way (a MARK frame out, a REACHED frame
-// back), from rig's own codec: the baselines' message size.
-std::size_t mark_frame_bytes();
+// The bytes one empty submission puts on the wire (a SUBMIT frame; its REACHED answer is a little
+// shorter), from rig's own codec: the baselines' message size, each way.
+std::size_t submit_frame_bytes();
 
 }  // namespace rig::bench
