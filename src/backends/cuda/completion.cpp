@@ -1,12 +1,39 @@
 // The completion thread: learns when the oldest work in flight is done (polling, then sleeping in
 // the driver), checks that no kernel left the context broken, and publishes the work's value.
+#include <chrono>
+
 #include "backends/cuda/engine.hpp"
 
 namespace rig::backends::cuda {
+namespace {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// After the last work completes, watches for the next for the poll budget before the thread goes
+// to sleep: a submitter that issues, waits and issues again then never pays for waking it.
+void linger(const Engine& e, std::uint64_t seen) {
+  const std::uint64_t budget = poll_budget_ns();
+  if (budget == 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget);
+  for (unsigned i = 0; e.issued.load(std::memory_order_acquire) == seen; ++i) {
+    cpu_relax();
+    if ((i & 15) == 15 && std::chrono::steady_clock::now() >= until) return;
+  }
+}
+
+}  // namespace
 
 void completion_loop(std::shared_ptr<Engine> e) {
   e->api.cuCtxSetCurrent.fn(e->gpu.context);
+  std::uint64_t completed = 0;
   for (;;) {
+    linger(*e, completed);
     CUevent event = nullptr;
     std::uint64_t value = 0;
     bool launched = false;
@@ -51,6 +78,7 @@ void completion_loop(std::shared_ptr<Engine> e) {
       e->inflight.pop_front();
       e->spare_events.push_back(done.event);
     }
+    ++completed;
     if (!o) e->lose(o.why);
     // Outside the lock: the work's buffers, or `device` itself, may be the last references.
     done = InFlight{};

@@ -3,6 +3,7 @@
 // when issued work is done and publishes it on the device's timeline).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -63,6 +64,8 @@ struct Engine {
   std::deque<detail::Work> feed;        // waiting for the feeder, in submission order
   std::size_t feeding = 0;              // works given to the feeder and not yet fully issued
   std::deque<InFlight> inflight;        // issued, in value order
+  // Works ever put in flight; read without the lock by the completion thread while it spins.
+  std::atomic<std::uint64_t> issued{0};
   std::vector<CUevent> spare_events;
   bool stopping = false;
   int threads_running = 0;
@@ -85,9 +88,11 @@ struct Engine {
 Engine* engine_of(const detail::DeviceCore& d) noexcept;
 
 // How long the completion thread polls cuEventQuery for the oldest work in flight before it
-// blocks in cuEventSynchronize (which sleeps: events are made with CU_EVENT_BLOCKING_SYNC). On an
-// H200 a polled 64 B copy completes in about 7 us and a host-function wake-up costs 19-59 us, so a
-// poll of a few tens of microseconds catches small work early without burning a core on long work.
+// blocks in cuEventSynchronize (which sleeps: events are made with CU_EVENT_BLOCKING_SYNC), and
+// how long it watches for new work after the last before it sleeps on its condition variable. On
+// an H200 a polled 64 B copy completes in about 7 us, while waking a sleeping thread costs several
+// microseconds and a host-function wake-up 19-59 us; a poll of a few tens of microseconds catches
+// small, back-to-back work early without burning a core on long work or on an idle device.
 // RIG_CUDA_POLL_NS overrides it (0: never poll), for the benchmark that compares the two.
 inline constexpr std::uint64_t completion_poll_ns = 50'000;
 inline constexpr std::uint64_t completion_poll_ns_max = 1'000'000'000;

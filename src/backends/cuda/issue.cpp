@@ -236,6 +236,7 @@ void finish_issue(Engine& e, detail::Work work, bool launched) {
     std::lock_guard lock(e.mu);
     if (!e.stopping) {
       e.inflight.push_back(InFlight{value, ev, launched, std::move(work)});
+      e.issued.fetch_add(1, std::memory_order_release);
       e.inflight_cv.notify_one();
       return;
     }

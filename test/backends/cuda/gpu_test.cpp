@@ -17,6 +17,7 @@
 #include "backends/cuda/engine.hpp"
 #include "backends/cuda/gpus.hpp"
 #include "backends/cuda/support.hpp"
+#include "core/device.hpp"
 #include "rig/cuda.hpp"
 #include "rig/program.hpp"
 #include "rig/rig.hpp"
@@ -208,7 +209,11 @@ TEST_CASE("GPU: a trapping kernel loses the device with the CUDA error's name") 
   CHECK(cause.find("CUDA_ERROR_LAUNCH_FAILED (719)") != std::string::npos);
   CHECK(rig::failure(d) == cause);
   const rig::Buffer buf = rig::Buffer::make(rig::host(), 64);
-  CHECK_THROWS_WITH_AS(rig::copy(buf, buf).wait(), cause.c_str(), rig::Lost);
+  CHECK_THROWS_WITH_AS(rig::submit(d, rig::Copy{buf, 0, buf, 0, 64}), cause.c_str(), rig::Lost);
+  CHECK_THROWS_WITH_AS(rig::Buffer::make(d, 64), cause.c_str(), rig::Lost);
+  // The host, and everything else of the process, goes on.
+  const rig::Buffer other = rig::Buffer::make(rig::host(), 64);
+  rig::copy(other, buf).wait();
 }
 
 TEST_CASE("GPU: figures") {
@@ -267,6 +272,39 @@ TEST_CASE("GPU: figures") {
     }
     std::printf("  %-44s %8.1f us median\n", "driver alone: 64 B pinned copy, event polled",
                 median_us(t));
+    t.clear();
+    auto fn =
+        reinterpret_cast<CUfunction>(const_cast<void*>(image.core()->module->find("fill_u32")));
+    std::uint64_t words[3] = {1, 1, p};
+    void* params[3] = {&words[0], &words[1], &words[2]};
+    for (int i = 0; i < rounds; ++i) {
+      const auto t0 = Clock::now();
+      api.cuLaunchKernel.fn(fn, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr);
+      api.cuEventRecord.fn(ev, s);
+      while (api.cuEventQuery.fn(ev) == CUDA_ERROR_NOT_READY) {
+      }
+      t.push_back(us_since(t0));
+    }
+    std::printf("  %-44s %8.1f us median\n", "driver alone: tiny kernel, event polled",
+                median_us(t));
+    const std::size_t big = std::size_t{256} << 20;
+    CUdeviceptr dbig = 0;
+    void* hbig = nullptr;
+    api.cuMemAlloc.fn(&dbig, big);
+    api.cuMemHostAlloc.fn(&hbig, big, 0);
+    t.clear();
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = Clock::now();
+      api.cuMemcpyHtoDAsync.fn(dbig, hbig, big, s);
+      api.cuEventRecord.fn(ev, s);
+      api.cuEventSynchronize.fn(ev);
+      t.push_back(us_since(t0));
+    }
+    std::printf("  %-44s %8.1f GB/s (256 MiB, median of 5)\n",
+                "driver alone: copy to the GPU, pinned",
+                static_cast<double>(big) / median_us(t) / 1e3);
+    api.cuMemFreeHost.fn(hbig);
+    api.cuMemFree.fn(dbig);
     api.cuMemFreeHost.fn(host);
     api.cuMemFree.fn(p);
     api.cuEventDestroy.fn(ev);
