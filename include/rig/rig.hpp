@@ -78,7 +78,8 @@ class Device {
 Device host();
 
 // Every device of `kind` on this machine, in index order. The first call opens them; later calls
-// return the same devices until they are closed. CUDA reports none until its backend is present.
+// return the same devices until they are closed. CUDA gives none where the driver cannot be used
+// (rig/cuda.hpp's open says why).
 // SIM devices come from the sim options (rig/sim.hpp). Raises Lost once the process has failed.
 std::vector<Device> open(Kind kind);
 

@@ -3,10 +3,12 @@
 #include <mutex>
 #include <string>
 
+#include "backends/cuda/cuda.hpp"
 #include "backends/host/host.hpp"
 #include "backends/sim/sim.hpp"
 #include "core/limits.hpp"
 #include "core/registry.hpp"
+#include "rig/cuda.hpp"
 #include "rig/sim.hpp"
 
 namespace rig {
@@ -18,6 +20,7 @@ struct Opened {
   std::mutex mu;
   std::vector<Device> sims;
   unsigned next_sim_index = 0;
+  std::vector<Device> gpus;  // the CUDA devices, until they are closed
 };
 
 Opened& opened() {
@@ -89,8 +92,10 @@ std::vector<Device> open(Kind kind) {
   switch (kind) {
     case Kind::cpu:
       return {host()};
-    case Kind::cuda:
-      return {};  // the CUDA backend is not built yet: no devices
+    case Kind::cuda: {
+      auto gpus = cuda::open();
+      return gpus ? *gpus : std::vector<Device>{};  // rig::cuda::open says why there are none
+    }
     case Kind::sim: {
       Opened& o = opened();
       std::lock_guard lock(o.mu);
@@ -105,6 +110,21 @@ std::vector<Device> open(Kind kind) {
     }
   }
   throw std::invalid_argument("rig: open of an unknown device kind");
+}
+
+Result<std::vector<Device>> cuda::open() {
+  detail::Registry::get().check_not_failed();
+  Opened& o = opened();
+  std::lock_guard lock(o.mu);
+  std::erase_if(o.gpus, [](const Device& d) { return d.core()->closed(); });
+  if (!o.gpus.empty()) return o.gpus;
+  auto made = backends::make_cuda_devices();
+  if (!made) return Error(made.error());
+  for (auto& core : *made) {
+    detail::Registry::get().add(core);
+    o.gpus.emplace_back(core);
+  }
+  return o.gpus;
 }
 
 Device sim::open(const sim::Options& options) {

@@ -32,6 +32,7 @@ std::string baseline() {
 const std::string synopsis =
     "usage: rig pack -o OUT.rig SOURCE [--levels LEVEL,...] [--cc COMPILER] [--include DIR]\n"
     "                [-- COMPILER_FLAGS...]\n"
+    "       rig pack -o OUT.rig SOURCE.cu [--sm SM,...] [--nvcc NVCC] [-- NVCC_FLAGS...]\n"
     "       rig pack --list FILE.rig\n";
 
 std::vector<std::string> default_levels() {
@@ -242,10 +243,17 @@ TEST_CASE("rig pack's usage errors exit 2 with the reason and the synopsis") {
   usage({"pack"}, "no output: give -o OUT.rig");
   usage({"pack", "-o", "x.rig"}, "no source file");
   usage({"pack", "-o", "x.rig", "a.c", "b.c"}, "one source file at a time, not 2");
-  usage({"pack", "-o", "x.rig", "k.cu"},
-        "k.cu: not a source rig pack builds (C: .c; C++: .cc, .cpp, .cxx)");
+  usage({"pack", "-o", "x.rig", "k.f90"},
+        "k.f90: not a source rig pack builds (C: .c; C++: .cc, .cpp, .cxx; CUDA: .cu)");
   usage({"pack", "-o", "x.rig", "noext"},
-        "noext: not a source rig pack builds (C: .c; C++: .cc, .cpp, .cxx)");
+        "noext: not a source rig pack builds (C: .c; C++: .cc, .cpp, .cxx; CUDA: .cu)");
+  usage({"pack", "-o", "x.rig", "k.cu", "--sm", "sm_90,compute_90"},
+        "'compute_90' is not an SM architecture (such as sm_90)");
+  usage({"pack", "-o", "x.rig", "k.cu", "--sm", "sm_90,sm_90"},
+        "SM architecture sm_90 given twice");
+  usage({"pack", "-o", "x.rig", "k.cu", "--levels", "x86_64"},
+        "--levels and --cc are for host sources");
+  usage({"pack", "-o", "x.rig", "a.c", "--sm", "sm_90"}, "--sm and --nvcc are for .cu sources");
   usage({"pack", "-o"}, "-o needs a value");
   usage({"pack", "--cc=", "-o", "x.rig", "a.c"}, "--cc needs a non-empty value");
   usage({"pack", "--frob", "-o", "x.rig", "a.c"}, "unknown option --frob");
@@ -253,6 +261,36 @@ TEST_CASE("rig pack's usage errors exit 2 with the reason and the synopsis") {
         "unknown level 'pentium' (levels: x86_64, x86_64-v2, x86_64-v3, x86_64-v4, aarch64)");
   usage({"pack", "-o", "x.rig", "a.c", "--levels", "x86_64,x86_64"}, "level x86_64 given twice");
   usage({"pack", "--list", "a.rig", "-o", "x.rig"}, "--list takes only the file to list");
+  CHECK(rig.leftovers() == 0);
+}
+
+TEST_CASE("rig pack builds a .cu into a cubin per SM architecture and PTX for the lowest") {
+  const char* nvcc = std::getenv("RIG_TEST_NVCC");
+  const char* cu = std::getenv("RIG_TEST_SAXPY_CU");
+  REQUIRE(cu != nullptr);
+  Cli rig;
+  const std::string out = rig.scratch / "saxpy_cu.rig";
+  Outcome o = rig({"pack", "-o", out, "--nvcc", "/nonexistent/nvcc", cu});
+  CHECK(o.code() == 1);
+  CHECK(o.err == std::string("rig pack: ") + cu +
+                     ": cannot run '/nonexistent/nvcc': No such file or directory\n");
+  if (nvcc == nullptr || *nvcc == '\0') {
+    MESSAGE("the rest skipped: this build found no nvcc");
+    return;
+  }
+  o = rig({"pack", "-o", out, "--nvcc", nvcc, "--sm", "sm_90,sm_80", cu});
+  REQUIRE_MESSAGE(o.code() == 0, o.err);
+  auto p = rig::Program::read(out);
+  REQUIRE(p.ok());
+  REQUIRE(p->targets().size() == 3);
+  CHECK(p->targets()[0].format == rig::TargetFormat::cuda_cubin);
+  CHECK(p->targets()[0].arch == "sm_90");
+  CHECK(p->targets()[1].arch == "sm_80");
+  CHECK(p->targets()[2].format == rig::TargetFormat::cuda_ptx);
+  CHECK(p->targets()[2].arch == "sm_80");
+  const auto& ptx = p->targets()[2].payload;
+  const std::string text(reinterpret_cast<const char*>(ptx.data()), ptx.size());
+  CHECK(text.find(".entry saxpy(") != std::string::npos);
   CHECK(rig.leftovers() == 0);
 }
 

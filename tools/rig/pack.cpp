@@ -1,5 +1,6 @@
-// rig pack: compiles a C or C++ source once per host instruction-set level into shared objects and
-// writes them as one rig.program; or lists the targets of one. docs/program.md says how it works.
+// rig pack: compiles a C or C++ source once per host instruction-set level into shared objects, or
+// a CUDA source into a cubin per SM architecture and PTX, and writes them as one rig.program; or
+// lists the targets of one. docs/program.md and docs/cuda.md say how it works.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@ namespace {
 constexpr const char* pack_synopsis =
     "usage: rig pack -o OUT.rig SOURCE [--levels LEVEL,...] [--cc COMPILER] [--include DIR]\n"
     "                [-- COMPILER_FLAGS...]\n"
+    "       rig pack -o OUT.rig SOURCE.cu [--sm SM,...] [--nvcc NVCC] [-- NVCC_FLAGS...]\n"
     "       rig pack --list FILE.rig\n";
 
 constexpr const char* pack_help =
@@ -41,6 +43,10 @@ constexpr const char* pack_help =
     "                    architecture: x86_64,x86_64-v2,x86_64-v3,x86_64-v4 or aarch64)\n"
     "  --cc COMPILER     the compiler to run (default: cc for C, c++ for C++), a program name\n"
     "  --include DIR     where rig/kernel.h is (default: $RIG_INCLUDE, else rig's own headers)\n"
+    "  --sm LIST         for a .cu source: the SM architectures to build cubins for (default:\n"
+    "                    sm_80,sm_90); PTX is added for the lowest, for newer GPUs to JIT\n"
+    "  --nvcc NVCC       for a .cu source: the CUDA compiler (default: nvcc in PATH, else\n"
+    "                    /usr/local/cuda/bin/nvcc)\n"
     "  -- FLAGS...       more flags for every compile, after rig's own (-O2 and the like)\n"
     "  --list FILE.rig   print FILE.rig's targets: format, arch and size in bytes\n";
 
@@ -88,7 +94,13 @@ std::string known_level_names() {
   return s;
 }
 
-enum class Language { c, cxx };
+enum class Language { c, cxx, cuda };
+
+// SM architectures a .cu source is built for when --sm is not given: Ampere and Hopper as cubins,
+// and PTX for the lower one, which the driver compiles for anything newer.
+constexpr const char* sm_default = "sm_80,sm_90";
+// Where the CUDA toolkit puts nvcc when it is not in PATH.
+constexpr const char* nvcc_fallback = "/usr/local/cuda/bin/nvcc";
 
 // The source's language from its extension, and the extension itself.
 std::optional<Language> language_of(std::string_view path, std::string_view* ext) {
@@ -100,6 +112,7 @@ std::optional<Language> language_of(std::string_view path, std::string_view* ext
   *ext = path.substr(dot);
   if (*ext == ".c") return Language::c;
   if (*ext == ".cc" || *ext == ".cpp" || *ext == ".cxx") return Language::cxx;
+  if (*ext == ".cu") return Language::cuda;
   return std::nullopt;
 }
 
@@ -112,13 +125,27 @@ struct Options {
   std::string cc;
   std::string include;
   std::vector<std::string> extra;
+  std::vector<std::string> sms;  // for .cu sources
+  std::string nvcc;
 };
+
+// The SM number of "sm_90": 90; 0 for a name that is not one.
+int sm_number(std::string_view name) {
+  if (!name.starts_with("sm_") || name.size() < 5 || name.size() > 7) return 0;
+  int n = 0;
+  for (char c : name.substr(3)) {
+    if (c < '0' || c > '9') return 0;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
 
 // Parses the command line; Error is a usage message without the "rig pack: " prefix.
 Result<Options> parse_args(std::span<char*> args) {
   Options o;
   std::string levels_text;
   bool levels_given = false;
+  std::string sm_text;
   std::vector<std::string> sources;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string_view a = args[i];
@@ -142,6 +169,8 @@ Result<Options> parse_args(std::span<char*> args) {
     if (key == "--cc") slot = &o.cc;
     if (key == "--include") slot = &o.include;
     if (key == "--list") slot = &o.list;
+    if (key == "--sm") slot = &sm_text;
+    if (key == "--nvcc") slot = &o.nvcc;
     if (key == "--levels") {
       slot = &levels_text;
       levels_given = true;
@@ -161,7 +190,7 @@ Result<Options> parse_args(std::span<char*> args) {
 
   if (!o.list.empty()) {
     if (!o.out.empty() || !sources.empty() || levels_given || !o.cc.empty() || !o.include.empty() ||
-        !o.extra.empty()) {
+        !o.extra.empty() || !sm_text.empty() || !o.nvcc.empty()) {
       return Error("--list takes only the file to list");
     }
     return o;
@@ -172,9 +201,30 @@ Result<Options> parse_args(std::span<char*> args) {
     return Error("one source file at a time, not " + std::to_string(sources.size()));
   o.source = sources.front();
   std::string_view ext;
-  if (!language_of(o.source, &ext)) {
-    return Error(o.source + ": not a source rig pack builds (C: .c; C++: .cc, .cpp, .cxx)");
+  const auto lang = language_of(o.source, &ext);
+  if (!lang) {
+    return Error(o.source +
+                 ": not a source rig pack builds (C: .c; C++: .cc, .cpp, .cxx; CUDA: .cu)");
   }
+  if (*lang == Language::cuda) {
+    if (levels_given || !o.cc.empty()) return Error("--levels and --cc are for host sources");
+    std::string_view rest = sm_text.empty() ? std::string_view(sm_default) : sm_text;
+    while (true) {
+      const std::size_t comma = rest.find(',');
+      const std::string name(rest.substr(0, comma));
+      if (sm_number(name) == 0) {
+        return Error("'" + name + "' is not an SM architecture (such as sm_90)");
+      }
+      if (std::find(o.sms.begin(), o.sms.end(), name) != o.sms.end()) {
+        return Error("SM architecture " + name + " given twice");
+      }
+      o.sms.push_back(name);
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    return o;
+  }
+  if (!sm_text.empty() || !o.nvcc.empty()) return Error("--sm and --nvcc are for .cu sources");
   if (!levels_given) {
     o.levels = default_levels();
     return o;
@@ -298,6 +348,51 @@ std::vector<BuildStep> plan_host(const Options& o, Language lang, const std::str
   return steps;
 }
 
+// nvcc: the one named, else the first in PATH, else the toolkit's usual place. Error when there is
+// none: CUDA targets cannot be built here, while host sources still can.
+Result<std::string> find_nvcc(const Options& o) {
+  if (!o.nvcc.empty()) return o.nvcc;
+  if (const char* path = std::getenv("PATH")) {
+    std::string_view rest = path;
+    while (true) {
+      const std::size_t colon = rest.find(':');
+      std::string dir(rest.substr(0, colon));
+      if (dir.empty()) dir = ".";
+      const std::string candidate = dir + "/nvcc";
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+      if (colon == std::string_view::npos) break;
+      rest = rest.substr(colon + 1);
+    }
+  }
+  if (::access(nvcc_fallback, X_OK) == 0) return std::string(nvcc_fallback);
+  return Error(std::string("CUDA targets need nvcc, which is not in PATH nor at ") + nvcc_fallback +
+               " (install the CUDA toolkit, or pass --nvcc)");
+}
+
+// The compiler runs for a .cu source: a cubin per SM architecture, and PTX for the lowest one.
+// Kernels keep their names only if declared extern "C"; rig looks them up by the plain name.
+std::vector<BuildStep> plan_cuda(const Options& o, const std::string& nvcc,
+                                 const std::string& include, const TempDir& tmp) {
+  std::vector<BuildStep> steps;
+  auto step = [&](TargetFormat format, const std::string& arch, const std::string& what,
+                  const std::string& arch_flag, const std::string& ext) {
+    BuildStep s{format, arch, {}, {}};
+    s.object = tmp.path() + "/" + arch + ext;
+    s.job.log_path = tmp.path() + "/" + arch + ext + ".log";
+    s.job.argv = {nvcc, what, "-O3", arch_flag, "-I", include};
+    s.job.argv.insert(s.job.argv.end(), o.extra.begin(), o.extra.end());
+    s.job.argv.insert(s.job.argv.end(), {"-o", s.object, o.source});
+    steps.push_back(std::move(s));
+  };
+  std::string lowest = o.sms.front();
+  for (const std::string& sm : o.sms) {
+    step(TargetFormat::cuda_cubin, sm, "-cubin", "-arch=" + sm, ".cubin");
+    if (sm_number(sm) < sm_number(lowest)) lowest = sm;
+  }
+  step(TargetFormat::cuda_ptx, lowest, "-ptx", "-arch=compute_" + lowest.substr(3), ".ptx");
+  return steps;
+}
+
 // The compiler's output from `log`, bounded.
 std::string compiler_output(const std::string& log) {
   auto bytes = program::read_file(log, object_bytes_max);
@@ -346,17 +441,26 @@ int pack(const Options& o, Interrupts& interrupts) {
     std::fprintf(stderr, "rig pack: %s\n", tmp.error().c_str());
     return exit_failure;
   }
-  // Named like the source so that the compiler treats it in the same language.
-  const std::string abi_file = tmp->path() + "/rig_kernel_abi" + std::string(ext);
-  const std::string abi = abi_source();
-  if (auto w = write_file_atomically(abi_file,
-                                     std::as_bytes(std::span<const char>(abi.data(), abi.size())));
-      !w) {
-    std::fprintf(stderr, "rig pack: %s\n", w.error().c_str());
-    return exit_failure;
+  std::vector<BuildStep> steps;
+  if (lang == Language::cuda) {
+    auto nvcc = find_nvcc(o);
+    if (!nvcc) {
+      std::fprintf(stderr, "rig pack: %s: %s\n", src.c_str(), nvcc.error().c_str());
+      return exit_failure;
+    }
+    steps = plan_cuda(o, *nvcc, *include, *tmp);
+  } else {
+    // Named like the source so that the compiler treats it in the same language.
+    const std::string abi_file = tmp->path() + "/rig_kernel_abi" + std::string(ext);
+    const std::string abi = abi_source();
+    if (auto w = write_file_atomically(
+            abi_file, std::as_bytes(std::span<const char>(abi.data(), abi.size())));
+        !w) {
+      std::fprintf(stderr, "rig pack: %s\n", w.error().c_str());
+      return exit_failure;
+    }
+    steps = plan_host(o, lang, *include, abi_file, *tmp);
   }
-
-  std::vector<BuildStep> steps = plan_host(o, lang, *include, abi_file, *tmp);
   std::vector<Job> jobs;
   for (const BuildStep& s : steps) jobs.push_back(s.job);
   const std::size_t parallel = std::max(1u, std::thread::hardware_concurrency());

@@ -3,7 +3,7 @@
 // itself stays clean), and logs one line per job start, with the controller's address, and one per
 // end, with the root cause.
 //
-//   rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--once]
+//   rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] [--once]
 //
 // --once serves a single job in this process and exits with its outcome (0 closed, 1 failed): the
 // agent a launcher such as `rig run` starts, reporting on RIG_REMOTE_REPORT.
@@ -54,10 +54,10 @@ void log(const std::string& line) {
 }
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(
-      stderr,
-      "rigd: %s\nusage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--once]\n",
-      why.c_str());
+  std::fprintf(stderr,
+               "rigd: %s\nusage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] "
+               "[--cuda-lib PATH] [--once]\n",
+               why.c_str());
   std::exit(exit_usage);
 }
 
@@ -99,6 +99,12 @@ Options parse(int argc, char** argv) {
       o.once = true;
     } else if (arg == "--kinds") {
       o.kinds = value();
+    } else if (arg == "--cuda-lib") {
+      // The CUDA backend reads RIG_CUDA_LIB when it first opens the driver, in the job's
+      // process; the environment carries the choice there.
+      const std::string path = value();
+      if (path.empty()) usage("--cuda-lib needs a path");
+      setenv("RIG_CUDA_LIB", path.c_str(), 1);
     } else if (arg == "--serve-fd") {
       o.serve_child = true;
       char* end = nullptr;
@@ -116,7 +122,9 @@ Options parse(int argc, char** argv) {
       o.timing_divisor = std::atoi(value().c_str());
       if (o.timing_divisor < 1) usage("--test-timing-divisor must be at least 1");
     } else if (arg == "-h" || arg == "--help") {
-      std::printf("usage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--once]\n");
+      std::printf(
+          "usage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] "
+          "[--once]\n");
       std::exit(0);
     } else {
       usage("unknown argument '" + arg + "'");

@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <unordered_set>
 
 #include "backends/worker.hpp"
 #include "core/arch.hpp"
@@ -14,12 +17,36 @@ namespace {
 // Host allocations are cache-line aligned, which host code may rely on for vector loads.
 constexpr std::size_t host_alignment_bytes = 64;
 
+// The installed pinned allocator, and the addresses of the host allocations that came from it.
+// Owner: the process (never destroyed: buffers may be released during static destruction).
+// Threads: any, under mu.
+struct Pinned {
+  std::atomic<bool> installed{false};
+  PinnedAllocator allocator{};
+  std::mutex mu;
+  std::unordered_set<std::uint64_t> addresses;
+};
+
+Pinned& pinned() {
+  static Pinned* const p = new Pinned();
+  return *p;
+}
+
 // Owner: the host DeviceCore. Threads: any; the worker runs the work. Lifetime: the process's.
 class HostDriver final : public detail::Driver {
  public:
   explicit HostDriver(detail::DeviceCore& device) : worker_(device, nullptr) {}
 
   std::uint64_t allocate(std::size_t bytes) override {
+    Pinned& pin = pinned();
+    if (pin.installed.load(std::memory_order_acquire)) {
+      if (void* m = pin.allocator.allocate(bytes == 0 ? 1 : bytes)) {
+        const auto address = reinterpret_cast<std::uint64_t>(m);
+        std::lock_guard lock(pin.mu);
+        pin.addresses.insert(address);
+        return address;
+      }
+    }
     const std::size_t rounded =
         (bytes + host_alignment_bytes - 1) / host_alignment_bytes * host_alignment_bytes;
     void* p =
@@ -27,6 +54,15 @@ class HostDriver final : public detail::Driver {
     return reinterpret_cast<std::uint64_t>(p);
   }
   void release(std::uint64_t address, std::size_t) noexcept override {
+    Pinned& p = pinned();
+    if (p.installed.load(std::memory_order_acquire)) {
+      std::unique_lock lock(p.mu);
+      if (p.addresses.erase(address) != 0) {
+        lock.unlock();
+        p.allocator.release(reinterpret_cast<void*>(address));
+        return;
+      }
+    }
     std::free(reinterpret_cast<void*>(address));
   }
   std::byte* host_pointer(std::uint64_t address) const noexcept override {
@@ -61,6 +97,22 @@ std::shared_ptr<detail::DeviceCore> make_host_device() {
 
 bool is_local_host(const detail::DeviceCore& d) noexcept {
   return dynamic_cast<const HostDriver*>(&d.driver()) != nullptr;
+}
+
+void install_pinned_allocator(PinnedAllocator a) noexcept {
+  Pinned& p = pinned();
+  std::lock_guard lock(p.mu);
+  if (p.installed.load(std::memory_order_relaxed)) return;
+  p.allocator = a;
+  p.installed.store(true, std::memory_order_release);
+}
+
+bool is_pinned_host_buffer(const detail::BufferCore& b) noexcept {
+  if (b.borrowed() || !is_local_host(*b.device())) return false;
+  Pinned& p = pinned();
+  if (!p.installed.load(std::memory_order_acquire)) return false;
+  std::lock_guard lock(p.mu);
+  return p.addresses.count(b.address()) != 0;
 }
 
 }  // namespace rig::backends

@@ -1,0 +1,109 @@
+// The engine's shared state: the stream, the events, ordering against other CUDA devices, and
+// the wait that polls before it sleeps.
+#include "backends/cuda/engine.hpp"
+
+#include <chrono>
+#include <cstdlib>
+
+namespace rig::backends::cuda {
+namespace {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Events rig makes: no timing (cheaper to record), and a blocking wait that sleeps instead of
+// spinning, which is what the completion thread falls back to after its poll.
+constexpr unsigned event_flags = CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC;
+
+}  // namespace
+
+Engine::Engine(const Api& a, const Gpu& g, std::weak_ptr<detail::DeviceCore> d)
+    : api(a), gpu(g), device(std::move(d)) {
+  ContextScope scope(api, gpu.context);
+  // Non-blocking: the stream never waits for the legacy default stream an application may use.
+  if (Outcome o = check(api, gpu.name, api.cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING); !o) {
+    setup_error = o.why;
+    stream = nullptr;
+  }
+}
+
+Engine::~Engine() {
+  ContextScope scope(api, gpu.context);
+  // After a sticky error these calls fail; the context, and all it holds, is gone with the process.
+  for (CUevent ev : spare_events) api.cuEventDestroy.fn(ev);
+  for (const InFlight& f : inflight) api.cuEventDestroy.fn(f.event);
+  for (const Staging::Slot& s : staging.slots) {
+    api.cuEventDestroy.fn(s.done);
+    api.cuMemFreeHost.fn(s.memory);
+  }
+  if (stream != nullptr) api.cuStreamDestroy.fn(stream);
+}
+
+Outcome Engine::take_event_locked(CUevent* out) {
+  if (!spare_events.empty()) {
+    *out = spare_events.back();
+    spare_events.pop_back();
+    return {};
+  }
+  return check(api, gpu.name, api.cuEventCreate, out, event_flags);
+}
+
+Order Engine::order_after(std::uint64_t value, const Engine& waiter, Outcome* failed) {
+  std::lock_guard lock(mu);
+  // The first work in flight at or past `value` ends after it (the stream is in order). Its event
+  // cannot be recycled while we hold the lock.
+  for (const InFlight& f : inflight) {
+    if (f.value < value) continue;
+    *failed = check(waiter.api, waiter.gpu.name, waiter.api.cuStreamWaitEvent, waiter.stream,
+                    f.event, 0u);
+    return Order::waited;
+  }
+  // Not in flight: done (the completion thread publishes before it lets an entry go) or not yet
+  // issued; the caller tells the two apart by the timeline.
+  return Order::not_issued;
+}
+
+void Engine::lose(const std::string& why) {
+  {
+    std::lock_guard lock(mu);
+    if (stopping) return;  // closed or already lost: a later symptom is not the cause
+  }
+  if (auto d = device.lock()) d->lose(why);
+}
+
+std::uint64_t poll_budget_ns() {
+  static const std::uint64_t ns = [] {
+    const char* env = std::getenv("RIG_CUDA_POLL_NS");
+    if (env == nullptr || *env == '\0') return completion_poll_ns;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    // A bad value is ignored rather than fatal: it only tunes how completion is noticed.
+    if (*end != '\0' || v > completion_poll_ns_max) return completion_poll_ns;
+    return static_cast<std::uint64_t>(v);
+  }();
+  return ns;
+}
+
+Outcome wait_event(Engine& e, CUevent event) {
+  const std::uint64_t budget = poll_budget_ns();
+  if (budget != 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget);
+    for (unsigned i = 0;; ++i) {
+      const CUresult r = e.api.cuEventQuery.fn(event);
+      if (r == CUDA_SUCCESS) return {};
+      if (r != CUDA_ERROR_NOT_READY) {
+        return Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuEventQuery.name, r)};
+      }
+      cpu_relax();
+      if ((i & 15) == 15 && std::chrono::steady_clock::now() >= until) break;
+    }
+  }
+  return check(e.api, e.gpu.name, e.api.cuEventSynchronize, event);
+}
+
+}  // namespace rig::backends::cuda

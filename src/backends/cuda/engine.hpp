@@ -1,0 +1,133 @@
+// One CUDA device's engine: its stream, the work issued to it, and the two threads that keep it
+// moving (the feeder issues work that must first wait on the host; the completion thread learns
+// when issued work is done and publishes it on the device's timeline).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cuda/gpus.hpp"
+#include "core/device.hpp"
+
+namespace rig::backends::cuda {
+
+// Pinned host memory that copies from and into pageable process memory pass through, in slots
+// that are filled by the host and emptied by DMA (or the reverse) in a pipeline. Owner: an
+// Engine. Threads: the feeder only. Lifetime: made at the first staged copy, freed with the engine.
+struct Staging {
+  struct Slot {
+    std::byte* memory = nullptr;
+    CUevent done = nullptr;  // recorded after the DMA that last used the slot
+    bool used = false;
+  };
+  std::vector<Slot> slots;
+};
+
+// Work on the GPU, in the order it was issued; complete once its event is.
+struct InFlight {
+  std::uint64_t value = 0;
+  CUevent event = nullptr;
+  bool launched = false;  // the work ran a kernel: check the stream once more before reporting
+  detail::Work work;      // holds the buffers and images until the GPU is done with them
+};
+
+// What a stream wait on another device's work found.
+enum class Order { reached, waited, not_issued };
+
+// Everything a CUDA device's driver and its threads share. Owner: the CudaDriver and its two
+// threads, jointly (shared_ptr), so that the last of them frees it whichever goes last. Threads:
+// the mutable state is guarded by mu; the stream is issued to by one thread at a time (see
+// CudaDriver::enqueue). Lifetime: until the driver is gone and both threads have ended.
+struct Engine {
+  Engine(const Api& api, const Gpu& gpu, std::weak_ptr<detail::DeviceCore> device);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Api& api;
+  const Gpu& gpu;
+  const std::weak_ptr<detail::DeviceCore> device;
+  CUstream stream = nullptr;
+  std::string setup_error;  // why the stream could not be made; the device is lost at once
+
+  std::mutex mu;
+  std::condition_variable feed_cv;      // the feeder waits here for work or stop
+  std::condition_variable inflight_cv;  // the completion thread waits here for work or stop
+  std::condition_variable exit_cv;      // the driver's destructor waits here for the threads
+  std::deque<detail::Work> feed;        // waiting for the feeder, in submission order
+  std::size_t feeding = 0;              // works given to the feeder and not yet fully issued
+  std::deque<InFlight> inflight;        // issued, in value order
+  // Works ever put in flight; read without the lock by the completion thread while it spins.
+  std::atomic<std::uint64_t> issued{0};
+  std::vector<CUevent> spare_events;
+  bool stopping = false;
+  int threads_running = 0;
+  std::vector<std::thread::id> threads;
+  Staging staging;  // the feeder's
+
+  // An event for the end of a work, from the spares or new. Under mu.
+  Outcome take_event_locked(CUevent* out);
+
+  // Makes `waiter`'s stream wait for this device's work up to `value`, if that work is on the GPU.
+  // Called by the waiter's issuing thread, with none of the waiter's locks held; a failed stream
+  // wait is the waiter's failure, named in *failed.
+  Order order_after(std::uint64_t value, const Engine& waiter, Outcome* failed);
+
+  // Loses the device with `why` unless it is already gone or stopping. Never with mu held.
+  void lose(const std::string& why);
+};
+
+// The engine of `d` if it is a CUDA device of this process, else nullptr.
+Engine* engine_of(const detail::DeviceCore& d) noexcept;
+
+// How long the completion thread polls cuEventQuery for the oldest work in flight before it
+// blocks in cuEventSynchronize (which sleeps: events are made with CU_EVENT_BLOCKING_SYNC), and
+// how long it watches for new work after the last before it sleeps on its condition variable. On
+// an H200 a polled 64 B copy completes in about 7 us, while waking a sleeping thread costs several
+// microseconds and a host-function wake-up 19-59 us; a poll of a few tens of microseconds catches
+// small, back-to-back work early without burning a core on long work or on an idle device.
+// RIG_CUDA_POLL_NS overrides it (0: never poll), for the benchmark that compares the two.
+inline constexpr std::uint64_t completion_poll_ns = 50'000;
+inline constexpr std::uint64_t completion_poll_ns_max = 1'000'000'000;
+
+// Staging for pageable host memory: a copy is cut into chunks that move through this many pinned
+// slots, so that the host's memcpy of one chunk overlaps the DMA of the one before.
+inline constexpr std::size_t staging_chunk_bytes = std::size_t{4} << 20;  // 4 MiB
+inline constexpr std::size_t staging_slots = 3;
+
+// The poll budget in force: completion_poll_ns or RIG_CUDA_POLL_NS, read once.
+std::uint64_t poll_budget_ns();
+
+// Waits for `event` on the calling thread (the feeder or the completion thread, never a submitter):
+// polls for poll_budget_ns(), then blocks. Returns CUDA_SUCCESS or the failing call's outcome.
+Outcome wait_event(Engine& e, CUevent event);
+
+// The feeder and completion threads' bodies.
+void feed_loop(std::shared_ptr<Engine> e);
+void completion_loop(std::shared_ptr<Engine> e);
+
+// Issues the parts of `work` to the stream, in order; host steps (staging through pinned memory,
+// host-to-host copies) run on the calling thread, which is then the feeder. Sets *launched when a
+// part ran a kernel. Throws DeviceError on a driver failure.
+void issue_parts(Engine& e, const detail::Work& work, bool* launched);
+
+// Whether every part of `work` runs on the GPU alone: no pageable host memory, no host-to-host
+// copy. Such work may be issued from the submitting thread.
+bool direct_only(const Engine& e, const detail::Work& work);
+
+// A driver call failed while issuing: the device is lost with the text.
+struct DeviceError {
+  std::string why;
+};
+
+// Records the end of the work issued so far and puts it in flight. Throws DeviceError.
+void finish_issue(Engine& e, detail::Work work, bool launched);
+
+}  // namespace rig::backends::cuda
