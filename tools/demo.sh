@@ -4,7 +4,8 @@
 # The main job: first the local example (docs/examples/local.cpp: saxpy on this machine's host and
 # SIM devices, every element checked), then a job across machines on this one: `rig run` starts two
 # rigd agents on loopback with a fresh key and the remote example controller
-# (docs/examples/remote.cpp), which makes round trips to each agent's host and closes the job.
+# (docs/examples/remote.cpp), which makes round trips to each agent's host, runs saxpy on each
+# agent's SIM devices through their proxies, checks every element and closes the job.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$rig_root"
@@ -32,5 +33,5 @@ done
 echo "== local devices: $job $program"
 "$job" "$program"
 echo
-echo "== a job on two local agents: rig run --local 2 -- $remote"
-exec "$rig" run --local 2 -- "$remote"
+echo "== a job on two local agents: rig run --local 2 -- $remote $program"
+exec "$rig" run --local 2 -- "$remote" "$program"
