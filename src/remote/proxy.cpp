@@ -106,7 +106,11 @@ std::shared_ptr<Reply> round_trip(const std::shared_ptr<JobState>& job, std::siz
         reply->failed = cause ? *cause : "the job has closed";
         reply->done.set();
       });
-  while (!reply->done.wait_for_ms(1000)) {
+  {
+    // A wait for the agent, which may first finish earlier work: signal handlers may run in it.
+    const rig::detail::SignalsOpen waiting;
+    while (!reply->done.wait_for_ms(1000)) {
+    }
   }
   if (!reply->answer) throw Lost(reply->failed);
   return reply;
