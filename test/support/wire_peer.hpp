@@ -1,6 +1,6 @@
 // Peers that speak rig's protocol by hand on raw loopback sockets, for the fault tests: a fake
-// agent that proves the key, frame readers, an orderly end, and a peer that stops reading while the
-// controller sends (the send-progress rule).
+// agent that proves the key, frame readers, an orderly end, another process's socket taken over,
+// and a peer that stops reading while the controller sends (the send-progress rule).
 #pragma once
 
 #include <arpa/inet.h>
@@ -8,10 +8,13 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -128,6 +131,35 @@ inline ssize_t end_and_drain(int s) {
   }
   ::close(s);
   return n;
+}
+
+// A duplicate, in this process, of process `pid`'s TCP socket connected to 127.0.0.1:peer_port
+// (pidfd_getfd; `pid` must be a descendant of this process or otherwise ours to trace), or -1.
+// While this process holds it, the socket outlives `pid`: its death sends no FIN on it.
+inline int take_socket(pid_t pid, int peer_port) {
+  // Through syscall(): glibc 2.36's <sys/pidfd.h> declares its wrappers without C linkage.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return -1;
+  int found = -1;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    const int target = std::stoi(e.path().filename().string());
+    // The duplicate is close-on-exec, as pidfd_getfd always makes it.
+    const int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, target, 0));
+    if (fd < 0) continue;
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    struct stat st {};
+    if (found < 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 &&
+        peer.sin_family == AF_INET && ntohs(peer.sin_port) == peer_port) {
+      found = fd;
+      continue;
+    }
+    ::close(fd);
+  }
+  ::close(pidfd);
+  return found;
 }
 
 // How a send that stopped making progress was seen from both ends. Times are in seconds from the
