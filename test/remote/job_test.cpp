@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -204,17 +205,49 @@ TEST_CASE("kill -9 of the controller: each agent's job ends within 1 s") {
   Process controller(
       {env("RIG_TEST_CONTROLLER"), key_file, "--hold-ms", "60000", a.name(), b.name()});
   REQUIRE(controller.line() == "started");
+  // Each daemon's log is read on its own thread, so that each end is timed as it comes: the
+  // daemon writes it once the job's process has returned from serve, exited and been reaped, so
+  // the time it is read here bounds serve's return from above.
+  struct End {
+    std::optional<std::string> line;
+    double at_s = 0;
+  };
   const auto t0 = std::chrono::steady_clock::now();
+  auto read_end = [t0](Rigd& r) {
+    return std::async(std::launch::async, [&r, t0] {
+      End e;
+      e.line = r.job_end(1, 5000);
+      e.at_s = seconds_since(t0);
+      return e;
+    });
+  };
+  auto a_future = read_end(a);
+  auto b_future = read_end(b);
   controller.signal(SIGKILL);
-  const auto a_end = a.job_end(1, 2000);
-  const auto b_end = b.job_end(1, 2000);
-  CHECK(seconds_since(t0) < 1.5);
-  REQUIRE(a_end.has_value());
-  REQUIRE(b_end.has_value());
+  const End a_end = a_future.get();
+  const End b_end = b_future.get();
+  REQUIRE(a_end.line.has_value());
+  REQUIRE(b_end.line.has_value());
+  MESSAGE("jobs ended " << a_end.at_s << " s and " << b_end.at_s << " s after the kill");
+  // The kernel ends a dead process's connections at once; 1 s is the spec's bound, with nothing
+  // added for the measurement, which only makes each time longer.
+  CHECK(a_end.at_s < 1.0);
+  CHECK(b_end.at_s < 1.0);
   // Each agent's root cause is the controller's end, seen by itself or by the other agent first
-  // ("B aborted: controller: closed its connection"): one cause per process either way.
-  CHECK(a_end->find("controller: closed its connection") != std::string::npos);
-  CHECK(b_end->find("controller: closed its connection") != std::string::npos);
+  // (whose abort then carries it): exactly one of two texts each, and not both heard.
+  const std::string seen = "controller: closed its connection";
+  const bool a_saw = *a_end.line == job_end_line(a, 1, "failed " + seen);
+  const bool a_heard =
+      *a_end.line == job_end_line(a, 1, "failed " + b.name() + " aborted: " + seen);
+  const bool b_saw = *b_end.line == job_end_line(b, 1, "failed " + seen);
+  const bool b_heard =
+      *b_end.line == job_end_line(b, 1, "failed " + a.name() + " aborted: " + seen);
+  CHECK_MESSAGE((a_saw || a_heard), *a_end.line);
+  CHECK_MESSAGE((b_saw || b_heard), *b_end.line);
+  CHECK_FALSE((a_heard && b_heard));
+  // The controller died by the signal; the daemons serve the next job.
+  CHECK(WIFSIGNALED(controller.wait()));
+  serve_next_job(key_file, a, b, 2);
 }
 
 TEST_CASE("connect's misuse") {
