@@ -29,10 +29,16 @@
 #include "remote/runtime.hpp"
 #include "rig/remote.hpp"
 #include "support/job_fixtures.hpp"
+#include "support/wire_peer.hpp"
 
 using namespace std::chrono_literals;
+using rig::test::end_and_drain;
+using rig::test::FakeAgent;
 using rig::test::Process;
+using rig::test::read_abort;
+using rig::test::read_until;
 using rig::test::Rigd;
+using rig::test::send_message;
 
 namespace {
 
@@ -43,50 +49,8 @@ struct ScaledTiming {
   ~ScaledTiming() { rig::remote::set_job_timing(rig::remote::Timing{}); }
 };
 
-// A TCP listener on 127.0.0.1, port 0, that plays an agent by hand.
-struct FakeAgent {
-  int fd = -1;
-  int port = 0;
-  FakeAgent() {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(fd, 4) == 0);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-  }
-  ~FakeAgent() { ::close(fd); }
-  std::string name() const { return "127.0.0.1:" + std::to_string(port); }
-
-  // Accepts one connection and proves `key` to it as an agent would; returns the socket.
-  int accept_and_prove(const rig::remote::Key& key) {
-    const int c = ::accept(fd, nullptr, nullptr);
-    REQUIRE(c >= 0);
-    auto hs = rig::remote::Handshake::listener(key, {rig::remote::new_instance_id()});
-    send_all(c, hs.take_output());
-    std::uint8_t buf[4096];
-    while (!hs.done()) {
-      const ssize_t n = ::read(c, buf, sizeof buf);
-      REQUIRE(n > 0);
-      hs.feed({buf, static_cast<std::size_t>(n)});
-      if (hs.state() == rig::remote::Handshake::State::verified) hs.admit(std::nullopt);
-      send_all(c, hs.take_output());
-    }
-    REQUIRE(hs.state() == rig::remote::Handshake::State::proven);
-    return c;
-  }
-  static void send_all(int c, const std::vector<std::uint8_t>& bytes) {
-    std::size_t off = 0;
-    while (off < bytes.size()) {
-      const ssize_t n = ::send(c, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      REQUIRE(n > 0);
-      off += static_cast<std::size_t>(n);
-    }
-  }
-};
+// A receive buffer small enough that the peer's answers back up into its own queue at once.
+constexpr int small_receive_bytes = 4096;
 
 }  // namespace
 
@@ -307,34 +271,6 @@ TEST_CASE("Ctrl-C on an agent: its job fails with 'interrupted', which the contr
   job->close();
 }
 
-namespace {
-
-// Reads frames from a raw socket until one of type `M` arrives (skipping heartbeats).
-template <typename M>
-bool read_until(int s, rig::remote::FrameDecoder& d) {
-  for (;;) {
-    auto f = d.next();
-    if (!f) return false;
-    if (f->has_value()) {
-      auto m = rig::remote::decode(**f);
-      if (m && std::holds_alternative<M>(*m)) return true;
-      continue;
-    }
-    std::uint8_t buf[4096];
-    const ssize_t n = ::read(s, buf, sizeof buf);
-    if (n <= 0) return false;
-    d.feed({buf, static_cast<std::size_t>(n)});
-  }
-}
-
-void send_message(int s, const rig::remote::Message& m) {
-  std::vector<std::uint8_t> bytes;
-  rig::remote::encode(m, bytes);
-  FakeAgent::send_all(s, bytes);
-}
-
-}  // namespace
-
 TEST_CASE("a break ends close's wait within 200 ms; the job stays open; a later close finishes") {
   const auto key = rig::test::load_key(rig::test::make_key_file("break"));
   FakeAgent agent;
@@ -379,41 +315,15 @@ TEST_CASE("a break ends close's wait within 200 ms; the job stays open; a later 
 TEST_CASE("a peer that stops reading while the controller sends: the send-progress cause") {
   ScaledTiming scaled;  // a stalled send fails the job after 1 s instead of 10 s
   const auto key = rig::test::load_key(rig::test::make_key_file("stall"));
-  FakeAgent agent;
-  const int small = 4096;  // a small receive buffer fills fast
-  setsockopt(agent.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  std::atomic<bool> done{false};
-  std::thread fake([&] {
-    const int s = agent.accept_and_prove(key);
-    rig::remote::FrameDecoder d;
-    REQUIRE(read_until<rig::remote::Join>(s, d));
-    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
-    // Alive (heartbeats) but reading nothing more.
-    while (!done.load()) {
-      std::vector<std::uint8_t> bytes;
-      rig::remote::encode(rig::remote::Heartbeat{}, bytes);
-      if (::send(s, bytes.data(), bytes.size(), MSG_NOSIGNAL) <= 0) break;
-      std::this_thread::sleep_for(50ms);
-    }
-    ::close(s);
-  });
-  auto job = rig::remote::connect(key, {{"127.0.0.1", agent.port}});
-  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
-  const rig::Device host = job->hosts()[0];
-  const auto t0 = std::chrono::steady_clock::now();
-  std::optional<std::string> cause;
-  try {
-    while (!(cause = job->failed()) && rig::test::seconds_since(t0) < 20) {
-      for (int i = 0; i < 1000; ++i) (void)rig::submit(host, std::span<const rig::Part>{});
-    }
-  } catch (const rig::Lost&) {
-    cause = job->failed();
-  }
-  done = true;
-  REQUIRE(cause.has_value());
-  CHECK(*cause == agent.name() + ": a send made no progress for 1 s");
-  job->close();
-  fake.join();
+  const auto stall = rig::test::stall_a_send(key, small_receive_bytes, 20);
+  REQUIRE(stall.cause.has_value());
+  CHECK(*stall.cause == stall.agent_name + ": a send made no progress for 1 s");
+  // Not before 1 s without progress: the clock starts at the acknowledgement of the last byte the
+  // peer's kernel took, which came after `before_last_byte_s`.
+  CHECK(stall.detected_s >= stall.before_last_byte_s + 1.0);
+  // Within 1 s of the last byte, plus 0.5 s for the 10 ms tick and a loaded machine's wake-ups.
+  CHECK(stall.detected_s <= stall.last_byte_s + 1.0 + 0.5);
+  CHECK(stall.queued_bytes > 0);
 }
 
 namespace {
@@ -467,45 +377,6 @@ TEST_CASE("an agent told to dial itself refuses, and the job fails naming it") {
   CHECK(reason == "A2: is this process itself (the greeting carries this process's instance id)");
   CHECK(a.job_end(1).value_or("").find("failed A2: is this process itself") != std::string::npos);
 }
-
-namespace {
-
-// Reads frames from a raw socket until an ABORT arrives, counting the messages of type `M` before
-// it. Returns the abort's reason, or nothing if the connection ended (or was reset) first.
-template <typename M>
-std::optional<std::string> read_abort(int s, rig::remote::FrameDecoder& d, long& counted) {
-  for (;;) {
-    auto f = d.next();
-    if (!f) return std::nullopt;
-    if (f->has_value()) {
-      auto m = rig::remote::decode(**f);
-      if (!m) return std::nullopt;
-      if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) return abort->reason;
-      if (std::holds_alternative<M>(*m)) ++counted;
-      continue;
-    }
-    std::uint8_t buf[64 * 1024];
-    const ssize_t n = ::read(s, buf, sizeof buf);
-    if (n <= 0) return std::nullopt;
-    d.feed({buf, static_cast<std::size_t>(n)});
-  }
-}
-
-// Ends our side, then reads to the peer's end: 0 for its orderly end, -1 for a reset.
-ssize_t end_and_drain(int s) {
-  ::shutdown(s, SHUT_WR);
-  std::uint8_t buf[64 * 1024];
-  ssize_t n;
-  while ((n = ::read(s, buf, sizeof buf)) > 0) {
-  }
-  ::close(s);
-  return n;
-}
-
-// A receive buffer small enough that the peer's answers back up into its own queue at once.
-constexpr int small_receive_bytes = 4096;
-
-}  // namespace
 
 TEST_CASE("an abort still arrives when the agent fails with bytes unread on both sides") {
   // Real times: the agent drains for up to 10 s, far longer than this peer stays busy.

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
 #include "support/job_fixtures.hpp"
+#include "support/wire_peer.hpp"
 
 using namespace std::chrono_literals;
 using rig::test::env;
@@ -99,7 +101,29 @@ TEST_CASE("a second controller is told that the agent serves another job") {
   job->close();
 }
 
-TEST_CASE("kill -9 of an agent: the controller fails within 1 s naming it; the daemon survives") {
+namespace {
+
+// rigd's log line for the end of job `n`: "rigd[PID]: job N: WHAT", written by the daemon once the
+// job's process has exited and been reaped.
+std::string job_end_line(const Rigd& r, int n, const std::string& what) {
+  return "rigd[" + std::to_string(r.p->pid()) + "]: job " + std::to_string(n) + ": " + what;
+}
+
+// A job on both daemons after a failure: each serves it (a round trip to each host) and ends it
+// in order.
+void serve_next_job(const std::string& key_file, Rigd& a, Rigd& b, int n) {
+  auto next = rig::remote::connect(load_key(key_file), {a.address(), b.address()});
+  REQUIRE_MESSAGE(next.ok(), (next.ok() ? "" : next.error()));
+  for (const auto& h : next->hosts()) h.wait(rig::submit(h, std::span<const rig::Part>{}));
+  next->close();
+  CHECK(a.job_end(n) == job_end_line(a, n, "closed"));
+  CHECK(b.job_end(n) == job_end_line(b, n, "closed"));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "kill -9 of an agent: every process ends with one cause; the daemons serve the next job") {
   const std::string key_file = make_key_file("kill");
   Rigd a(key_file), b(key_file);
   auto job = rig::remote::connect(load_key(key_file), {a.address(), b.address()});
@@ -112,21 +136,67 @@ TEST_CASE("kill -9 of an agent: the controller fails within 1 s naming it; the d
   const auto cause = rig::test::wait_for_failure(*job, t0, 5);
   const double detected = seconds_since(t0);
   REQUIRE(cause.has_value());
-  // Seen by the controller itself, or first by the other agent, whose abort then carries it.
-  const std::string seen = a.name() + ": closed its connection";
-  CHECK((*cause == seen || *cause == b.name() + " aborted: " + seen));
   CHECK(detected < 1.0);
   CHECK_THROWS_WITH_AS(host.reached(), cause->c_str(), rig::Lost);
-  // The other agent learns of the failure: its root cause names the killed agent.
+  // The kernel ends the killed process's connections to the controller and to b at once, so each
+  // survivor may see a's end itself or hear of it first in the other's abort: the first cause
+  // wins, and the spec lets a process miss the abort of one killed by a signal and record its own
+  // cause. Either way, each cause is exactly one of these two, and one of the two survivors saw
+  // a's end itself. The next test arranges the order, to prove that the controller's abort does
+  // reach b.
+  const std::string seen = a.name() + ": closed its connection";
+  CHECK_MESSAGE((*cause == seen || *cause == b.name() + " aborted: " + seen), *cause);
   const auto b_end = b.job_end(1);
   REQUIRE(b_end.has_value());
-  CHECK(b_end->find(a.name() + ": closed its connection") != std::string::npos);
-  // The killed agent's daemon logs the end and serves the next job.
-  CHECK(a.job_end(1).value_or("").find("process ended by signal 9") != std::string::npos);
+  const bool b_saw = *b_end == job_end_line(b, 1, "failed " + seen);
+  const bool b_heard = *b_end == job_end_line(b, 1, "failed controller aborted: " + seen);
+  CHECK_MESSAGE((b_saw || b_heard), *b_end);
+  CHECK_FALSE((b_heard && *cause != seen));  // one of them saw it first
+  // Every process of the job has ended: the daemons log an end only after reaping the job's
+  // process, and the killed one's names its signal.
+  CHECK(a.job_end(1) == job_end_line(a, 1, "process ended by signal 9 (Killed)"));
   job->close();
-  auto next = rig::remote::connect(load_key(key_file), {a.address(), b.address()});
-  REQUIRE_MESSAGE(next.ok(), (next.ok() ? "" : next.error()));
-  next->close();
+  serve_next_job(key_file, a, b, 2);
+}
+
+TEST_CASE("kill -9 of an agent: the other agent receives the controller's abort") {
+  const std::string key_file = make_key_file("kill-abort");
+  Rigd a(key_file), b(key_file);
+  auto job = rig::remote::connect(load_key(key_file), {a.address(), b.address()});
+  REQUIRE(job.ok());
+  const pid_t child = a.job_pid(1);
+  // a dialed b, so a's end of their connection is the socket whose peer is b's port. This test
+  // holds a duplicate of it: when a dies, the connection to b stays up, as a network that delays
+  // a's end on that path would keep it, and b can learn of a's death only through the controller,
+  // whose own connection to a the kernel ends at once. The race of the test above is gone: b's
+  // root cause must be the controller's abort.
+  const int held = rig::test::take_socket(child, b.port);
+  REQUIRE(held >= 0);
+  const timeval read_limit{5, 0};  // a missing abort fails the test, it does not hang it
+  REQUIRE(setsockopt(held, SOL_SOCKET, SO_RCVTIMEO, &read_limit, sizeof read_limit) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(child, SIGKILL);
+  const auto cause = rig::test::wait_for_failure(*job, t0, 5);
+  const double detected = seconds_since(t0);
+  REQUIRE(cause.has_value());
+  const std::string seen = a.name() + ": closed its connection";
+  CHECK(*cause == seen);
+  CHECK(detected < 1.0);
+  // b records the controller's abort as its root cause, and passes it on in its own abort on the
+  // connection to a (which reaches the socket held here), then ends that side in order.
+  rig::remote::FrameDecoder d;
+  long heartbeats = 0;
+  const auto b_abort = rig::test::read_abort<rig::remote::Heartbeat>(held, d, heartbeats);
+  const double aborted = seconds_since(t0);
+  REQUIRE(b_abort.has_value());
+  CHECK(*b_abort == "controller aborted: " + seen);
+  CHECK(aborted < 1.0);  // the controller's notice plus two hops on loopback
+  CHECK(rig::test::end_and_drain(held) == 0);
+  // b's daemon logs that root cause once b's job process has exited; a's names the signal.
+  CHECK(b.job_end(1) == job_end_line(b, 1, "failed controller aborted: " + seen));
+  CHECK(a.job_end(1) == job_end_line(a, 1, "process ended by signal 9 (Killed)"));
+  job->close();
+  serve_next_job(key_file, a, b, 2);
 }
 
 TEST_CASE("kill -9 of the controller: each agent's job ends within 1 s") {
@@ -135,17 +205,49 @@ TEST_CASE("kill -9 of the controller: each agent's job ends within 1 s") {
   Process controller(
       {env("RIG_TEST_CONTROLLER"), key_file, "--hold-ms", "60000", a.name(), b.name()});
   REQUIRE(controller.line() == "started");
+  // Each daemon's log is read on its own thread, so that each end is timed as it comes: the
+  // daemon writes it once the job's process has returned from serve, exited and been reaped, so
+  // the time it is read here bounds serve's return from above.
+  struct End {
+    std::optional<std::string> line;
+    double at_s = 0;
+  };
   const auto t0 = std::chrono::steady_clock::now();
+  auto read_end = [t0](Rigd& r) {
+    return std::async(std::launch::async, [&r, t0] {
+      End e;
+      e.line = r.job_end(1, 5000);
+      e.at_s = seconds_since(t0);
+      return e;
+    });
+  };
+  auto a_future = read_end(a);
+  auto b_future = read_end(b);
   controller.signal(SIGKILL);
-  const auto a_end = a.job_end(1, 2000);
-  const auto b_end = b.job_end(1, 2000);
-  CHECK(seconds_since(t0) < 1.5);
-  REQUIRE(a_end.has_value());
-  REQUIRE(b_end.has_value());
+  const End a_end = a_future.get();
+  const End b_end = b_future.get();
+  REQUIRE(a_end.line.has_value());
+  REQUIRE(b_end.line.has_value());
+  MESSAGE("jobs ended " << a_end.at_s << " s and " << b_end.at_s << " s after the kill");
+  // The kernel ends a dead process's connections at once; 1 s is the spec's bound, with nothing
+  // added for the measurement, which only makes each time longer.
+  CHECK(a_end.at_s < 1.0);
+  CHECK(b_end.at_s < 1.0);
   // Each agent's root cause is the controller's end, seen by itself or by the other agent first
-  // ("B aborted: controller: closed its connection"): one cause per process either way.
-  CHECK(a_end->find("controller: closed its connection") != std::string::npos);
-  CHECK(b_end->find("controller: closed its connection") != std::string::npos);
+  // (whose abort then carries it): exactly one of two texts each, and not both heard.
+  const std::string seen = "controller: closed its connection";
+  const bool a_saw = *a_end.line == job_end_line(a, 1, "failed " + seen);
+  const bool a_heard =
+      *a_end.line == job_end_line(a, 1, "failed " + b.name() + " aborted: " + seen);
+  const bool b_saw = *b_end.line == job_end_line(b, 1, "failed " + seen);
+  const bool b_heard =
+      *b_end.line == job_end_line(b, 1, "failed " + a.name() + " aborted: " + seen);
+  CHECK_MESSAGE((a_saw || a_heard), *a_end.line);
+  CHECK_MESSAGE((b_saw || b_heard), *b_end.line);
+  CHECK_FALSE((a_heard && b_heard));
+  // The controller died by the signal; the daemons serve the next job.
+  CHECK(WIFSIGNALED(controller.wait()));
+  serve_next_job(key_file, a, b, 2);
 }
 
 TEST_CASE("connect's misuse") {

@@ -1,5 +1,6 @@
-// The liveness rules with their real constants: 10 s of silence, a 10 s handshake deadline. Slow
-// by nature (about 25 s in all), so in the `slow` suite, which CI runs too.
+// The liveness rules with their real constants: 10 s of silence, a 10 s handshake deadline, 10 s
+// without send progress. Slow by nature (about 40 s in all), so in the `slow` suite, which CI runs
+// too.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 
 #include "rig/remote.hpp"
 #include "support/job_fixtures.hpp"
+#include "support/wire_peer.hpp"
 
 using namespace std::chrono_literals;
 using rig::test::Rigd;
@@ -50,4 +52,19 @@ TEST_CASE("a connection that proves nothing is dropped at 10 s; the agent still 
   auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
   job->close();
+}
+
+TEST_CASE("a peer that stops reading while the controller sends: the cause within 10 s + fill") {
+  const auto key = rig::test::load_key(rig::test::make_key_file("slow-stall"));
+  // The system's own buffer sizes: the fill is what a real peer's kernel takes before it stops.
+  const auto stall = rig::test::stall_a_send(key, 0, 30);
+  REQUIRE(stall.cause.has_value());
+  CHECK(*stall.cause == stall.agent_name + ": a send made no progress for 10 s");
+  // Not before 10 s without progress: the clock starts at the acknowledgement of the last byte the
+  // peer's kernel took, which came after `before_last_byte_s`.
+  CHECK(stall.detected_s >= stall.before_last_byte_s + 10.0);
+  // Within 10 s + the fill (the time to the last byte) + 1 s for the 100 ms tick and a loaded
+  // machine's wake-ups.
+  CHECK(stall.detected_s <= stall.last_byte_s + 10.0 + 1.0);
+  CHECK(stall.queued_bytes > 0);
 }

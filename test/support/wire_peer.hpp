@@ -1,0 +1,281 @@
+// Peers that speak rig's protocol by hand on raw loopback sockets, for the fault tests: a fake
+// agent that proves the key, frame readers, an orderly end, another process's socket taken over,
+// and a peer that stops reading while the controller sends (the send-progress rule).
+#pragma once
+
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "remote/codec.hpp"
+#include "remote/frame.hpp"
+#include "remote/handshake.hpp"
+#include "rig/remote.hpp"
+#include "rig/rig.hpp"
+#include "support/job_fixtures.hpp"
+
+namespace rig::test {
+
+// A TCP listener on 127.0.0.1, port 0, that plays an agent by hand.
+struct FakeAgent {
+  int fd = -1;
+  int port = 0;
+  FakeAgent() {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 4) == 0);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~FakeAgent() { ::close(fd); }
+  FakeAgent(const FakeAgent&) = delete;
+  FakeAgent& operator=(const FakeAgent&) = delete;
+  std::string name() const { return "127.0.0.1:" + std::to_string(port); }
+
+  // Accepts one connection and proves `key` to it as an agent would; returns the socket.
+  int accept_and_prove(const rig::remote::Key& key) {
+    const int c = ::accept(fd, nullptr, nullptr);
+    REQUIRE(c >= 0);
+    auto hs = rig::remote::Handshake::listener(key, {rig::remote::new_instance_id()});
+    send_all(c, hs.take_output());
+    std::uint8_t buf[4096];
+    while (!hs.done()) {
+      const ssize_t n = ::read(c, buf, sizeof buf);
+      REQUIRE(n > 0);
+      hs.feed({buf, static_cast<std::size_t>(n)});
+      if (hs.state() == rig::remote::Handshake::State::verified) hs.admit(std::nullopt);
+      send_all(c, hs.take_output());
+    }
+    REQUIRE(hs.state() == rig::remote::Handshake::State::proven);
+    return c;
+  }
+  static void send_all(int c, const std::vector<std::uint8_t>& bytes) {
+    std::size_t off = 0;
+    while (off < bytes.size()) {
+      const ssize_t n = ::send(c, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      REQUIRE(n > 0);
+      off += static_cast<std::size_t>(n);
+    }
+  }
+};
+
+// Reads frames from a raw socket until one of type `M` arrives (skipping heartbeats).
+template <typename M>
+bool read_until(int s, rig::remote::FrameDecoder& d) {
+  for (;;) {
+    auto f = d.next();
+    if (!f) return false;
+    if (f->has_value()) {
+      auto m = rig::remote::decode(**f);
+      if (m && std::holds_alternative<M>(*m)) return true;
+      continue;
+    }
+    std::uint8_t buf[4096];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    if (n <= 0) return false;
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+}
+
+inline void send_message(int s, const rig::remote::Message& m) {
+  std::vector<std::uint8_t> bytes;
+  rig::remote::encode(m, bytes);
+  FakeAgent::send_all(s, bytes);
+}
+
+// Reads frames from a raw socket until an ABORT arrives, counting the messages of type `M` before
+// it. Returns the abort's reason, or nothing if the connection ended (or was reset) first.
+template <typename M>
+std::optional<std::string> read_abort(int s, rig::remote::FrameDecoder& d, long& counted) {
+  for (;;) {
+    auto f = d.next();
+    if (!f) return std::nullopt;
+    if (f->has_value()) {
+      auto m = rig::remote::decode(**f);
+      if (!m) return std::nullopt;
+      if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) return abort->reason;
+      if (std::holds_alternative<M>(*m)) ++counted;
+      continue;
+    }
+    std::uint8_t buf[64 * 1024];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    if (n <= 0) return std::nullopt;
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+}
+
+// Ends our side, then reads to the peer's end: 0 for its orderly end, -1 for a reset.
+inline ssize_t end_and_drain(int s) {
+  ::shutdown(s, SHUT_WR);
+  std::uint8_t buf[64 * 1024];
+  ssize_t n;
+  while ((n = ::read(s, buf, sizeof buf)) > 0) {
+  }
+  ::close(s);
+  return n;
+}
+
+// A duplicate, in this process, of process `pid`'s TCP socket connected to 127.0.0.1:peer_port
+// (pidfd_getfd; `pid` must be a descendant of this process or otherwise ours to trace), or -1.
+// While this process holds it, the socket outlives `pid`: its death sends no FIN on it.
+inline int take_socket(pid_t pid, int peer_port) {
+  // Through syscall(): glibc 2.36's <sys/pidfd.h> declares its wrappers without C linkage.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return -1;
+  int found = -1;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    const int target = std::stoi(e.path().filename().string());
+    // The duplicate is close-on-exec, as pidfd_getfd always makes it.
+    const int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, target, 0));
+    if (fd < 0) continue;
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    struct stat st {};
+    if (found < 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 &&
+        peer.sin_family == AF_INET && ntohs(peer.sin_port) == peer_port) {
+      found = fd;
+      continue;
+    }
+    ::close(fd);
+  }
+  ::close(pidfd);
+  return found;
+}
+
+// How a send that stopped making progress was seen from both ends. Times are in seconds from the
+// first submission.
+struct SendStall {
+  std::optional<std::string> cause;  // the controller's root cause
+  std::string agent_name;            // the peer's name, as the cause gives it
+  double detected_s = 0;             // when the test saw the failure (late by its polling only)
+  // The peer's kernel accepted its last byte (its receive queue last grew) after
+  // `before_last_byte_s` (the poll before the one that saw it) and by `last_byte_s`. The
+  // controller's stall clock can only start after the acknowledgement of that byte.
+  double before_last_byte_s = 0;
+  double last_byte_s = 0;
+  long queued_bytes = 0;  // what the peer's kernel holds unread at the end
+};
+
+// A fake agent that joins a job of this process's, then stops reading (alive: it sends heartbeats)
+// while the controller submits to its host until the kernel's buffers on both ends are full and
+// more waits in the controller's own queue; then waits up to `limit_s` for the job to fail.
+// `receive_bytes` sets the peer's receive buffer (0: the system's default). The caller sets the
+// job's timing.
+inline SendStall stall_a_send(const rig::remote::Key& key, int receive_bytes, double limit_s) {
+  using clock = std::chrono::steady_clock;
+  FakeAgent agent;
+  if (receive_bytes > 0) {
+    // Accepted sockets inherit the listener's buffer size.
+    REQUIRE(setsockopt(agent.fd, SOL_SOCKET, SO_RCVBUF, &receive_bytes, sizeof receive_bytes) == 0);
+  }
+  std::atomic<bool> done{false};
+  std::atomic<clock::rep> last_growth{0}, before_last_growth{0};  // clock's ticks since its epoch
+  std::atomic<long> queued{0};
+  std::atomic<int> window_bytes{0};  // what the peer's receive buffer holds at most
+  std::thread fake([&] {
+    const int s = agent.accept_and_prove(key);
+    int rcvbuf = 0;
+    socklen_t len = sizeof rcvbuf;
+    getsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len);
+    window_bytes = rcvbuf;
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    // Alive (a heartbeat every 50 ms) but reading nothing more. Every 2 ms it looks at how many
+    // bytes its kernel holds: the last growth is the last byte the controller's kernel sees
+    // acknowledged. A growth first seen by one look came after the clock reading taken just
+    // before the look ahead of it (`previous`), and before the reading just after this one.
+    auto previous = clock::now();
+    auto heartbeat = previous;
+    int last = -1;
+    while (!done.load()) {
+      const auto before = clock::now();
+      int n = 0;
+      const bool known = ioctl(s, FIONREAD, &n) == 0;
+      const auto now = clock::now();
+      if (known && n != last) {
+        last = n;
+        queued = n;
+        before_last_growth = previous.time_since_epoch().count();
+        last_growth = now.time_since_epoch().count();
+      }
+      previous = before;
+      if (now - heartbeat >= std::chrono::milliseconds(50)) {
+        heartbeat = now;
+        std::vector<std::uint8_t> bytes;
+        rig::remote::encode(rig::remote::Heartbeat{}, bytes);
+        if (::send(s, bytes.data(), bytes.size(), MSG_NOSIGNAL) <= 0) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ::close(s);  // over unread bytes: a reset, which ends the controller's drain at once
+  });
+  SendStall out;
+  out.agent_name = agent.name();
+  auto job = rig::remote::connect(key, {{"127.0.0.1", agent.port}});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  const rig::Device host = job->hosts()[0];
+  // Enough bytes to fill the peer's receive buffer and the most the controller's send buffer can
+  // grow to (tcp_wmem's maximum), so that the rest waits in the controller's own queue.
+  long send_buffer_max = 32l << 20;
+  {
+    std::ifstream f("/proc/sys/net/ipv4/tcp_wmem");
+    long lo = 0, mid = 0, hi = 0;
+    if (f >> lo >> mid >> hi) send_buffer_max = hi;
+  }
+  std::vector<std::uint8_t> one;
+  rig::remote::encode(rig::remote::Submit{0, 1, {}}, one);
+  const auto t0 = clock::now();
+  auto since_t0 = [t0](clock::rep ticks) {
+    return std::chrono::duration<double>(clock::time_point(clock::duration(ticks)) - t0).count();
+  };
+  long submitted_bytes = 0;
+  // Submits until that many bytes have gone and the peer's queue has stopped growing for 300 ms,
+  // or until the job fails (a submission then raises Lost), which with a small send buffer may
+  // come first.
+  try {
+    while (!job->failed() && seconds_since(t0) < limit_s) {
+      for (int i = 0; i < 1000; ++i) (void)rig::submit(host, std::span<const rig::Part>{});
+      submitted_bytes += 1000 * static_cast<long>(one.size());
+      if (submitted_bytes > send_buffer_max + window_bytes.load() + (1l << 20) &&
+          last_growth.load() != 0 && seconds_since(t0) - since_t0(last_growth.load()) > 0.3) {
+        break;
+      }
+    }
+  } catch (const rig::Lost&) {
+  }
+  out.cause = wait_for_failure(*job, t0, limit_s);
+  out.detected_s = seconds_since(t0);
+  done = true;
+  job->close();
+  fake.join();
+  out.before_last_byte_s = since_t0(before_last_growth.load());
+  out.last_byte_s = since_t0(last_growth.load());
+  out.queued_bytes = queued.load();
+  MESSAGE("send stall: peer's last byte after "
+          << out.before_last_byte_s << " s, by " << out.last_byte_s << " s (" << out.queued_bytes
+          << " bytes unread), failure seen at " << out.detected_s << " s");
+  return out;
+}
+
+}  // namespace rig::test
