@@ -355,6 +355,9 @@ void ControllerJob::on_job_failed(const std::string& cause) noexcept {
     }
     m.expects.clear();
   }
+  // Submits waiting for a connection to finish sending wake now, to find their devices lost.
+  state_->send_progress.fetch_add(1, std::memory_order_release);
+  state_->send_progress.notify_all();
   state_->report_failed(cause);
 }
 

@@ -455,10 +455,26 @@ TEST_CASE("an abort still arrives when the controller fails behind bytes its pee
   auto job = rig::remote::connect(key, {{"127.0.0.1", a.port}, {"127.0.0.1", b.port}});
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
   // Empty submissions to a's host, one SUBMIT each: more than the kernel's buffers on both ends
-  // hold, so the rest waits in the controller's own queue.
+  // hold, so the rest waits in the controller's own queue. Once the kernel takes no more, a
+  // submit blocks (its connection is sending an earlier message) until the job fails.
   const rig::Device host = job->hosts()[0];
   constexpr long submissions = 300'000;
-  for (long i = 0; i < submissions; ++i) (void)rig::submit(host, std::span<const rig::Part>{});
+  std::atomic<long> submitted{0};
+  std::thread submitter([&] {
+    try {
+      for (long i = 0; i < submissions; ++i) {
+        (void)rig::submit(host, std::span<const rig::Part>{});
+        ++submitted;
+      }
+    } catch (const rig::Lost&) {
+      // The job failed while this submit waited: expected once b ends.
+    }
+  });
+  // Wait until the submitter is blocked (or done): its count stops moving.
+  for (long last = -1; submitted.load() != last && submitted.load() < submissions;) {
+    last = submitted.load();
+    std::this_thread::sleep_for(300ms);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   b_ends = true;
   const auto cause = rig::test::wait_for_failure(*job, t0, 5);
@@ -469,6 +485,7 @@ TEST_CASE("an abort still arrives when the controller fails behind bytes its pee
   read_now = true;
   agent_a.join();
   agent_b.join();
+  submitter.join();
   CHECK(a_marks > 0);
   REQUIRE(reason.has_value());
   CHECK(*reason == *cause);
