@@ -75,7 +75,9 @@ Device open_sim_locked(Opened& o, const sim::Options& options) {
 }  // namespace
 
 Device host() {
-  static const Device h = [] {
+  // Never destroyed: exit handlers (a job's close at exit) and threads still running at exit use
+  // the host after static destructors would have run.
+  static const Device* const h = new Device([] {
     auto core = backends::make_host_device();
     try {
       detail::Registry::get().add(core);
@@ -83,8 +85,8 @@ Device host() {
       // The process failed before its first use of the host: the host is lost with it.
     }
     return Device(core);
-  }();
-  return h;
+  }());
+  return *h;
 }
 
 std::vector<Device> open(Kind kind) {

@@ -583,3 +583,47 @@ TEST_CASE("an accept error other than a shortage ends serve with an Error naming
   CHECK(agent.wait_for(5000));
   CHECK(WEXITSTATUS(agent.wait()) == 1);
 }
+
+TEST_CASE("work naming memory, an image or a device the job does not hold fails the job, named") {
+  const std::string key_file = rig::test::make_key_file("unheld");
+  const auto key = rig::test::load_key(key_file);
+  Rigd a(key_file);
+  struct Case {
+    rig::remote::Message message;
+    std::string cause;
+  };
+  rig::remote::WirePart copy;
+  copy.kind = rig::remote::WirePart::copy;
+  copy.src = 41;
+  copy.bytes = 8;
+  rig::remote::WirePart run;
+  run.kind = rig::remote::WirePart::run;
+  run.image = 7;
+  run.entry = "fill_u32";
+  const std::vector<Case> cases = {
+      {rig::remote::Submit{0, 1, {copy}},
+       "SUBMIT names memory 41, which the job does not hold on this machine"},
+      {rig::remote::Submit{0, 1, {run}},
+       "SUBMIT names program image 7, which the job does not hold on this machine"},
+      {rig::remote::Make{3, 16},
+       "MAKE names device 3, which the job has not opened on this machine"},
+      {rig::remote::Free{5}, "FREE names memory 5, which the job does not hold on this machine"},
+  };
+  int job = 0;
+  for (const Case& c : cases) {
+    CAPTURE(c.cause);
+    ++job;
+    const int s = dial_as_controller(key, a.port, rig::remote::new_job_id(), "A");
+    send_message(s, rig::remote::Join{"A", {"A"}, {a.name()}});
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Ready>(s, d));
+    send_message(s, c.message);
+    long ignored = 0;
+    const auto reason = read_abort<rig::remote::Reached>(s, d, ignored);
+    REQUIRE(reason.has_value());
+    CHECK(*reason == c.cause);
+    CHECK(end_and_drain(s) == 0);
+    CHECK(a.job_end(job).value_or("") == "rigd[" + std::to_string(a.p->pid()) + "]: job " +
+                                             std::to_string(job) + ": failed " + c.cause);
+  }
+}

@@ -176,6 +176,10 @@ TEST_CASE("kill -9 of an agent: the other agent receives the controller's abort"
   REQUIRE(setsockopt(held, SOL_SOCKET, SO_RCVTIMEO, &read_limit, sizeof read_limit) == 0);
   const auto t0 = std::chrono::steady_clock::now();
   kill(child, SIGKILL);
+  // The duplicate shares a's open file, which libuv made non-blocking: with a gone, this test's
+  // reads may block (up to read_limit) instead of finding nothing yet.
+  const int flags = fcntl(held, F_GETFL);
+  REQUIRE(fcntl(held, F_SETFL, flags & ~O_NONBLOCK) == 0);
   const auto cause = rig::test::wait_for_failure(*job, t0, 5);
   const double detected = seconds_since(t0);
   REQUIRE(cause.has_value());

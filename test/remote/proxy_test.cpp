@@ -502,3 +502,32 @@ TEST_CASE("submits from a signal handler that interrupts submits neither deadloc
   CHECK_FALSE(job.failed());
   job.close();
 }
+
+TEST_CASE("a program loaded on a remote host runs there as host code on the host's memory") {
+  const auto key = rig::test::make_key_file("proxy-host-run");
+  Rigd a(key), b(key);
+  auto job = start(key, {&a, &b});
+  const rig::Device host = job.hosts()[0];
+  auto image = rig::load(host, rig::test::test_kernels());
+  REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
+  constexpr std::uint32_t count = 4096;
+  auto there = rig::Buffer::make(host, count * 4);
+  const rig::Part fill =
+      rig::Run{*image,
+               "fill_u32",
+               rig::Shape::linear(1),
+               {rig::Arg::out(there), rig::Arg::word(count), rig::Arg::word(0xC0FFEE)}};
+  rig::submit(host, fill);
+  std::vector<std::uint32_t> out(count);
+  rig::copy(rig::Buffer::borrow(out.data(), count * 4), there).wait();
+  for (std::uint32_t v : out) REQUIRE(v == 0xC0FFEEu);
+  // Host memory of one machine is not this process's: only copies reach it.
+  CHECK_THROWS_AS(there.access(), std::invalid_argument);
+  // Nor does work on one machine reach another's memory: a copy between them is misuse, unless it
+  // copies nothing.
+  auto other = rig::Buffer::make(job.hosts()[1], count * 4);
+  CHECK_THROWS_AS(rig::copy(other, there), std::invalid_argument);
+  CHECK_NOTHROW(rig::copy(other, 0, there, 0, 0));
+  CHECK_FALSE(job.failed());
+  job.close();
+}
