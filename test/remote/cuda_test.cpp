@@ -19,6 +19,9 @@ using rig::test::Rigd;
 
 namespace {
 
+// How long rigd may take to log a job's end (its process exits first) on a loaded machine.
+constexpr int job_end_ms = 20'000;
+
 // What the fake driver says when a launch fails with 719, as the backend reports it.
 constexpr const char* launch_failed = "CUDA_ERROR_LAUNCH_FAILED (719): unspecified launch failure";
 
@@ -131,7 +134,7 @@ TEST_CASE("CUDA devices through an agent: copies of 1 B to 64 MiB both ways and 
   for (const rig::Device& d : g) fill_and_check(d, load_ok(d, rig::test::ptx_kernels()), 0xC0DA);
   CHECK_FALSE(job.failed());
   job.close();
-  CHECK(a->job_end(1).value_or("").ends_with("job 1: closed"));
+  CHECK(a->job_end(1, job_end_ms).value_or("").ends_with("job 1: closed"));
 }
 
 TEST_CASE(
@@ -165,7 +168,7 @@ TEST_CASE(
     CHECK_THROWS_WITH_AS(back.wait(), cause->c_str(), rig::Lost);
     CHECK_THROWS_WITH_AS(rig::Buffer::make(d, 16), cause->c_str(), rig::Lost);
     // rigd logs the job's end with the agent's own cause, once the job's process has exited.
-    CHECK(a->job_end(1).value_or("").ends_with("job 1: failed " + cuda_cause));
+    CHECK(a->job_end(1, job_end_ms).value_or("").ends_with("job 1: failed " + cuda_cause));
     CHECK(process_gone(first));
     job.close();
   }
@@ -177,7 +180,7 @@ TEST_CASE(
   fill_and_check(d, load_ok(d, rig::test::ptx_kernels()), 8);
   CHECK_FALSE(job.failed());
   job.close();
-  CHECK(a->job_end(2).value_or("").ends_with("job 2: closed"));
+  CHECK(a->job_end(2, job_end_ms).value_or("").ends_with("job 2: closed"));
 }
 
 TEST_CASE("a trapping kernel in an agent fails the job with 719; the next job's GPU works") {
@@ -197,7 +200,7 @@ TEST_CASE("a trapping kernel in an agent fails the job with 719; the next job's 
     CHECK(cause->starts_with(a->name() + " aborted: CUDA:0: cu"));
     CHECK(cause->ends_with(std::string(": ") + launch_failed));
     const std::string agent_cause = cause->substr((a->name() + " aborted: ").size());
-    CHECK(a->job_end(1).value_or("").ends_with("job 1: failed " + agent_cause));
+    CHECK(a->job_end(1, job_end_ms).value_or("").ends_with("job 1: failed " + agent_cause));
     job.close();
   }
   auto job = start(key, *a);
