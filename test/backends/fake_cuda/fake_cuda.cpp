@@ -133,10 +133,14 @@ State& state() {
   return *s;
 }
 
-thread_local std::vector<Ctx*> current;
+// Each thread's stack of current contexts. A fixed array, not a vector: a thread_local with a
+// destructor in a dlopen'ed library races (as TSan sees it) with the loader freeing its storage.
+constexpr int context_stack_max = 16;
+thread_local Ctx* current[context_stack_max];
+thread_local int current_depth = 0;
 
 Ctx* current_ctx() {
-  return current.empty() ? nullptr : current.back();
+  return current_depth == 0 ? nullptr : current[current_depth - 1];
 }
 
 // Counts the call and applies an injection due now. Under the lock.
@@ -346,18 +350,19 @@ CUresult f_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
   return CUDA_SUCCESS;
 }
 CUresult f_cuCtxSetCurrent(CUcontext c) {
-  current.clear();
-  if (c != nullptr) current.push_back(reinterpret_cast<Ctx*>(c));
+  current_depth = 0;
+  if (c != nullptr) current[current_depth++] = reinterpret_cast<Ctx*>(c);
   return CUDA_SUCCESS;
 }
 CUresult f_cuCtxPushCurrent(CUcontext c) {
-  current.push_back(reinterpret_cast<Ctx*>(c));
+  if (current_depth == context_stack_max) return CUDA_ERROR_INVALID_VALUE;
+  current[current_depth++] = reinterpret_cast<Ctx*>(c);
   return CUDA_SUCCESS;
 }
 CUresult f_cuCtxPopCurrent(CUcontext* c) {
-  if (current.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (c != nullptr) *c = reinterpret_cast<CUcontext>(current.back());
-  current.pop_back();
+  if (current_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --current_depth;
+  if (c != nullptr) *c = reinterpret_cast<CUcontext>(current[current_depth]);
   return CUDA_SUCCESS;
 }
 CUresult f_cuCtxEnablePeerAccess(CUcontext, unsigned int) {
