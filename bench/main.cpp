@@ -521,7 +521,7 @@ int run(const Options& o) {
       continue;
     }
     // A scenario that every placement skipped (no CUDA device, left out by --only) is skipped,
-    // with the first placement's reason.
+    // with the first placement's reason; its results keep each placement's.
     bool all_skipped = true;
     for (const auto& [placement, r] : s["results"].items()) {
       all_skipped = all_skipped && r.contains("skipped");
@@ -529,7 +529,6 @@ int run(const Options& o) {
     if (all_skipped) {
       s["reason"] = s["results"].begin().value()["skipped"];
       s["status"] = "skipped";
-      s.erase("results");
     }
   }
   add_ratios(scenarios);
