@@ -1,6 +1,6 @@
 // rig-bench: the benchmark harness. bench/README.md says what it measures and how to read it.
 //
-//   rig-bench [--quick] [--samples N] [--out DIR] [--rigd PATH] [--cpus A,B]
+//   rig-bench [--quick] [--samples N] [--out DIR] [--rigd PATH] [--cpus A,B] [--only ID,...]
 //             [--hosts HOST:PORT,... --key FILE [--echo HOST:PORT]]
 //   rig-bench echo --listen HOST:PORT      the raw TCP peer, for runs against given hosts
 //   rig-bench report RESULTS.json OUT.png  draws the report again from a results file
@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +45,12 @@ constexpr int exit_usage = 2;
 // An agent or echo peer that has not said where it listens by then did not start.
 constexpr int peer_start_timeout_ms = 10'000;
 constexpr int peer_stop_ms = 5'000;
+// The agents' completion polling (RIG_AGENT_POLL_US): the default agent polls as rigd does by
+// default; a second agent never polls, for rig.agent.completion.wakeup.
+constexpr const char* agent_poll_env = "RIG_AGENT_POLL_US=200";
+constexpr const char* agent_wakeup_env = "RIG_AGENT_POLL_US=0";
+// Every kind: an agent without CUDA devices says why, and rig.cuda is skipped with that reason.
+constexpr const char* agent_kinds = "CPU,SIM,CUDA";
 
 // --quick: a smoke run of a few seconds that exercises every path with tiny counts.
 Plan quick_plan() {
@@ -62,6 +69,7 @@ Plan quick_plan() {
 
 const char* const usage_text =
     "usage: rig-bench [--quick] [--samples N] [--out DIR] [--rigd PATH] [--cpus A,B]\n"
+    "                 [--only ID,...]\n"
     "                 [--hosts HOST:PORT,... --key FILE [--echo HOST:PORT]]\n"
     "       rig-bench echo --listen HOST:PORT\n"
     "       rig-bench report RESULTS.json OUT.png\n";
@@ -175,8 +183,9 @@ struct Peer {
   int port = 0;
 };
 
-Peer start_peer(const std::vector<std::string>& argv, int cpu, const std::string& log) {
-  auto c = rig::bench::spawn(argv, cpu, true, log);
+Peer start_peer(const std::vector<std::string>& argv, int cpu, const std::string& log,
+                const std::vector<std::string>& env = {}) {
+  auto c = rig::bench::spawn(argv, cpu, true, log, env);
   if (!c) throw std::runtime_error(c.error());
   const auto line = rig::bench::read_line(c->out_fd, peer_start_timeout_ms);
   if (!line || line->rfind("listening ", 0) != 0) {
@@ -203,6 +212,7 @@ struct Options {
   std::vector<rig::remote::Address> hosts;
   std::string key_file;
   std::optional<rig::remote::Address> echo;
+  std::vector<std::string> only;
 };
 
 Options parse(int argc, char** argv) {
@@ -237,6 +247,15 @@ Options parse(int argc, char** argv) {
         const auto addr = parse_address(item);
         if (!addr) usage("bad address '" + item + "' in --hosts");
         o.hosts.push_back(*addr);
+      }
+    } else if (a == "--only") {
+      std::stringstream in(value());
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        const auto& all = rig::bench::scenarios();
+        if (std::none_of(all.begin(), all.end(), [&](const Scenario& s) { return s.id == item; }))
+          usage("no scenario '" + item + "' (--only)");
+        o.only.push_back(item);
       }
     } else if (a == "--key") {
       o.key_file = value();
@@ -292,6 +311,21 @@ void add_ratios(nlohmann::json& scenarios) {
   for (auto& s : scenarios) {
     if (s["status"] != "ran" || !s.contains("baseline")) continue;
     for (auto& [placement, r] : s["results"].items()) {
+      if (r.contains("points")) {
+        // Throughput: rig / baseline at each transfer size the baseline measured too.
+        const nlohmann::json* b = find(s["baseline"]);
+        if (b == nullptr || !(*b)["results"].contains(placement)) continue;
+        for (auto& point : r["points"]) {
+          for (const auto& bp :
+               (*b)["results"][placement].value("points", nlohmann::json::array())) {
+            if (bp["bytes"] != point["bytes"] || bp["stats"]["p50"].get<double>() <= 0) continue;
+            point["ratio"] = {
+                {"baseline", s["baseline"]},
+                {"p50", point["stats"]["p50"].get<double>() / bp["stats"]["p50"].get<double>()}};
+          }
+        }
+        continue;
+      }
       if (!r.contains("stats")) continue;
       auto ratio_to = [&](const std::string& id) -> nlohmann::json {
         const nlohmann::json* b = find(id);
@@ -323,6 +357,25 @@ void print_summary(const nlohmann::json& results) {
     for (const std::string& placement : order) {
       if (!s["results"].contains(placement)) continue;
       const auto& r = s["results"][placement];
+      if (r.contains("points") && s["metric"] == "throughput") {
+        // One line per placement: p50 GB/s at each size, with the ratio to the baseline's.
+        std::string line;
+        for (const auto& point : r["points"]) {
+          char buf[96];
+          const double bytes = point["bytes"].get<double>();
+          std::snprintf(buf, sizeof buf, " %s%.0f%s %.2f", line.empty() ? "" : "|",
+                        bytes >= (1 << 20) ? bytes / (1 << 20) : bytes / 1024,
+                        bytes >= (1 << 20) ? "M" : "K", point["stats"]["p50"].get<double>());
+          line += buf;
+          if (point.contains("ratio")) {
+            std::snprintf(buf, sizeof buf, " (%.2fx)", point["ratio"]["p50"].get<double>());
+            line += buf;
+          }
+        }
+        std::printf("%-26s %-11s GB/s:%s\n", s["id"].get<std::string>().c_str(), placement.c_str(),
+                    line.c_str());
+        continue;
+      }
       if (!r.contains("stats")) continue;
       const std::string unit = r["unit"];
       std::string ratio;
@@ -402,17 +455,24 @@ int run(const Options& o) {
   for (const Placement& p : placements) {
     std::fprintf(stderr, "rig-bench: placement %s: %s\n", p.name.c_str(), p.what.c_str());
     std::vector<Peer> peers;
-    nlohmann::json args = {
-        {"plan", rig::bench::plan_json(o.plan)}, {"placement", p.name}, {"key_file", key_file}};
+    nlohmann::json args = {{"plan", rig::bench::plan_json(o.plan)},
+                           {"placement", p.name},
+                           {"key_file", key_file},
+                           {"only", o.only}};
     try {
       if (o.hosts.empty()) {
         peers.push_back(start_peer({self, "echo", "--listen", "127.0.0.1:0"}, p.agent_cpu,
                                    (scratch / "echo.log").string()));
         args["echo"] = nlohmann::json::array({"127.0.0.1", peers.back().port});
-        peers.push_back(start_peer({o.rigd, "--key", key_file, "--listen", "127.0.0.1:0"},
-                                   p.agent_cpu, (scratch / "rigd.log").string()));
+        peers.push_back(start_peer(
+            {o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", agent_kinds},
+            p.agent_cpu, (scratch / "rigd.log").string(), {agent_poll_env}));
         args["agents"] =
             nlohmann::json::array({nlohmann::json::array({"127.0.0.1", peers.back().port})});
+        peers.push_back(start_peer(
+            {o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", agent_kinds},
+            p.agent_cpu, (scratch / "rigd-wakeup.log").string(), {agent_wakeup_env}));
+        args["wakeup_agent"] = nlohmann::json::array({"127.0.0.1", peers.back().port});
       } else {
         if (o.echo) args["echo"] = nlohmann::json::array({o.echo->first, o.echo->second});
         args["agents"] = nlohmann::json::array();
@@ -447,12 +507,28 @@ int run(const Options& o) {
   ctx.given_hosts = !o.hosts.empty();
   for (const Scenario& s : rig::bench::scenarios()) {
     if (s.where != Where::whole_run || s.run == nullptr) continue;
+    if (!o.only.empty() && std::find(o.only.begin(), o.only.end(), s.id) == o.only.end()) {
+      entry(s.id)["results"]["unpinned"] = {{"skipped", "left out by --only"}};
+      continue;
+    }
     entry(s.id)["results"]["unpinned"] = s.run(ctx);
   }
   for (auto& s : scenarios) {
-    if (s["status"] == "ran" && s["results"].empty()) {
+    if (s["status"] != "ran") continue;
+    if (s["results"].empty()) {
       s["status"] = "skipped";
       s["reason"] = "needs an echo peer on the agents' side: rig-bench echo there, and --echo";
+      continue;
+    }
+    // A scenario that every placement skipped (no CUDA device, left out by --only) is skipped,
+    // with the first placement's reason; its results keep each placement's.
+    bool all_skipped = true;
+    for (const auto& [placement, r] : s["results"].items()) {
+      all_skipped = all_skipped && r.contains("skipped");
+    }
+    if (all_skipped) {
+      s["reason"] = s["results"].begin().value()["skipped"];
+      s["status"] = "skipped";
     }
   }
   add_ratios(scenarios);
@@ -487,6 +563,10 @@ int worker(const nlohmann::json& args) {
     ctx.echo_port = args["echo"].at(1);
   }
   for (const auto& a : args.at("agents")) ctx.agents.emplace_back(a.at(0), a.at(1));
+  if (args.contains("wakeup_agent")) {
+    ctx.wakeup_agent = rig::remote::Address(args["wakeup_agent"].at(0), args["wakeup_agent"].at(1));
+  }
+  ctx.only = args.value("only", std::vector<std::string>{});
   const auto out = rig::bench::run_placement(ctx);
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -8,17 +8,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace rig::bench {
 
 Result<Child> spawn(const std::vector<std::string>& argv, int cpu, bool capture_stdout,
-                    const std::string& err_path) {
+                    const std::string& err_path, const std::vector<std::string>& env) {
   int out[2] = {-1, -1};
   if (capture_stdout && pipe2(out, O_CLOEXEC) != 0) {
     return Error(std::string("pipe: ") + std::strerror(errno));
@@ -32,6 +34,18 @@ Result<Child> spawn(const std::vector<std::string>& argv, int cpu, bool capture_
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Our environment without the names `env` sets, then `env`.
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const bool replaced = std::any_of(env.begin(), env.end(), [&](const std::string& x) {
+      const auto eq = x.find('=');
+      return entry.substr(0, entry.find('=')) == std::string_view(x).substr(0, eq);
+    });
+    if (!replaced) envp.push_back(*e);
+  }
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   cpu_set_t set;
   CPU_ZERO(&set);
   if (cpu >= 0) CPU_SET(cpu, &set);
@@ -41,7 +55,7 @@ Result<Child> spawn(const std::vector<std::string>& argv, int cpu, bool capture_
     if (cpu >= 0 && sched_setaffinity(0, sizeof set, &set) != 0) _exit(126);
     if (out[1] >= 0) dup2(out[1], STDOUT_FILENO);
     if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
-    execv(args[0], args.data());
+    execve(args[0], args.data(), envp.data());
     _exit(127);
   }
   if (out[1] >= 0) close(out[1]);

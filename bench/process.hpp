@@ -21,9 +21,10 @@ struct Child {
 
 // Starts argv[0] (a path) with `cpu` >= 0 as its only core (set before exec, so every thread it
 // makes inherits it), its stdout on a pipe when `capture_stdout`, and its stderr appended to
-// `err_path` when that is not empty (else ours).
+// `err_path` when that is not empty (else ours), and our environment with `env`'s NAME=VALUE
+// entries set in it.
 Result<Child> spawn(const std::vector<std::string>& argv, int cpu, bool capture_stdout,
-                    const std::string& err_path = {});
+                    const std::string& err_path = {}, const std::vector<std::string>& env = {});
 
 // One line from `fd` within `timeout_ms`, without the newline; nothing on timeout or end of file.
 std::optional<std::string> read_line(int fd, int timeout_ms);

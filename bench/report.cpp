@@ -191,6 +191,9 @@ void latency_panel(Canvas& c, const json& results, const std::string& placement,
       {"rig.host.empty", {blue, 0, "rig, 1 thread"}},
       {"rig.host.empty.threads2", {green, 0, "rig, 2 threads"}},
       {"rig.host.empty.threads4", {purple, 0, "rig, 4 threads"}},
+      {"rig.sim.copy64", {teal, 0, "rig, 64 B copy to SIM"}},
+      {"rig.sim.run", {brown, 0, "rig, empty run on SIM"}},
+      {"rig.agent.completion.wakeup", {red, 0, "rig, 64 B copy, agent wakes"}},
       {"tcp.pingpong.blocking", {black, dash_px, "TCP blocking"}},
       {"tcp.pingpong.spinning", {orange, dash_px, "TCP spinning"}},
   };
@@ -252,7 +255,13 @@ void throughput_panel(Canvas& c, const json& results, int px, int py) {
   add("tcp.stream", "cross-core", {orange, dash_px, "TCP stream, cross core"});
   add("tcp.stream", "given", {black, dash_px, "TCP stream"});
   add("memcpy", "unpinned", {brown, 3, "memcpy"});
-  const std::string subtitle = "rig bulk copies: not measured yet (need remote device proxies)";
+  add("rig.copy.to_remote.sim", "same-core", {blue, 0, "rig to SIM, same core"});
+  add("rig.copy.from_remote.sim", "same-core", {green, 0, "rig from SIM, same core"});
+  add("rig.copy.to_remote.sim", "cross-core", {teal, 0, "rig to SIM, cross core"});
+  add("rig.copy.from_remote.sim", "cross-core", {purple, 0, "rig from SIM, cross core"});
+  add("rig.copy.to_remote.sim", "given", {blue, 0, "rig to SIM"});
+  add("rig.copy.from_remote.sim", "given", {green, 0, "rig from SIM"});
+  const std::string subtitle = "rig: a copy to or from remote SIM, and its wait (to host: JSON)";
   if (series.empty()) {
     draw_frame(c, a, px, py, "Throughput against transfer size (p50)", subtitle, {}, {}, "bytes",
                "GB/s");
@@ -514,7 +523,7 @@ void facts_panel(Canvas& c, const json& results, int px, int py) {
     }
   }
   for (const auto& [why, ids] : groups) {
-    y = paragraph(c, x, y, width, "not measured yet: " + ids + ": " + why, grey);
+    y = paragraph(c, x, y, width, "not measured: " + ids + ": " + why, grey);
   }
 }
 

@@ -1,18 +1,24 @@
 #include "scenarios.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "clock.hpp"
+#include "core/arch.hpp"
 #include "process.hpp"
 #include "remote/codec.hpp"
+#include "remote/limits.hpp"
+#include "rig/program.hpp"
 #include "scale.hpp"
 #include "stats.hpp"
 #include "tcp.hpp"
@@ -292,9 +298,136 @@ nlohmann::json rig_host_pipeline(Ctx& ctx) {
   return r;
 }
 
-constexpr std::string_view needs_proxies =
-    "needs proxies of remote devices (devices(host, \"SIM\"), buffers and runs on them), which "
-    "are not in the API yet";
+// Remote devices.
+
+// The small copy of the submit-to-reached scenarios: a cache line's worth, the size of a flag or
+// a few parameters a program reads.
+constexpr std::size_t small_copy_bytes = 64;
+
+// The bytes a copy of `bytes` from this process's memory into a remote device puts on the wire
+// (its SUBMIT and the PAYLOAD frame after it) and the REACHED that comes back, from rig's codec.
+nlohmann::json copy_wire_bytes(std::size_t bytes) {
+  rig::remote::WirePart part;
+  part.kind = rig::remote::WirePart::copy;
+  part.dst = 1;
+  part.bytes = bytes;
+  std::vector<std::uint8_t> submit, reached;
+  rig::remote::encode(rig::remote::Submit{1, 1, {part}}, submit);
+  rig::remote::encode(rig::remote::Reached{1, 1}, reached);
+  return {{"out", submit.size() + rig::remote::frame_header_bytes + bytes},
+          {"back", reached.size()}};
+}
+
+// The harness's kernels (kernels.c, built beside rig-bench) as a rig.program for this machine.
+rig::Program bench_program() {
+  std::ifstream in(RIG_BENCH_KERNELS, std::ios::binary);
+  std::vector<char> so((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (so.empty()) {
+    throw std::runtime_error("cannot read " RIG_BENCH_KERNELS
+                             " (ninja -C build bench/rig_bench_kernels.so makes it)");
+  }
+  rig::TargetSpec t{rig::TargetFormat::host_elf, rig::detail::host_isa_level(), {}};
+  t.payload.resize(so.size());
+  std::memcpy(t.payload.data(), so.data(), so.size());
+  auto program = rig::Program::parse(rig::write_program(std::span<const rig::TargetSpec>(&t, 1)));
+  if (!program) throw std::runtime_error(program.error());
+  return *program;
+}
+
+// Submit-to-reached of a 64 B copy from this process's memory into a buffer on `device`: `t0`;
+// rig::copy(...).wait(); `t1`.
+nlohmann::json small_copy_latency(Ctx& ctx, const rig::Device& device, std::string_view id) {
+  std::array<std::uint8_t, small_copy_bytes> here{};
+  const rig::Buffer src = rig::Buffer::borrow(here.data(), here.size());
+  const rig::Buffer dst = rig::Buffer::make(device, small_copy_bytes);
+  auto r = latency_json(
+      take(ctx.plan, ctx.plan.samples, ctx.plan.warmup, [&] { rig::copy(dst, src).wait(); }));
+  r["device"] = device.name();
+  r["wire_bytes"] = copy_wire_bytes(small_copy_bytes);
+  r["note"] = "the baselines carry " + std::to_string(submit_frame_bytes()) +
+              " bytes each way; rig's copy carries wire_bytes";
+  report_latency(ctx, id, r);
+  return r;
+}
+
+nlohmann::json rig_sim_copy64(Ctx& ctx) {
+  return small_copy_latency(ctx, ctx.proxy(ctx.agents.front(), "SIM"), "rig.sim.copy64");
+}
+
+nlohmann::json rig_sim_run(Ctx& ctx) {
+  const rig::Device sim = ctx.proxy(ctx.agents.front(), "SIM");
+  auto image = rig::load(sim, bench_program());
+  if (!image) throw std::runtime_error(image.error());
+  // One block of one thread, no arguments, an empty body (kernels.c, nop).
+  const rig::Part run = rig::Run{*image, "nop", rig::Shape::linear(1), {}};
+  auto r = latency_json(
+      take(ctx.plan, ctx.plan.samples, ctx.plan.warmup, [&] { sim.wait(rig::submit(sim, run)); }));
+  r["device"] = sim.name();
+  report_latency(ctx, "rig.sim.run", r);
+  return r;
+}
+
+// GB/s of copies of each size between this process's memory and a buffer on the agent's SIM
+// device or host, `to_remote` or back; each transfer is one rig::copy and its wait.
+nlohmann::json bulk_copies(Ctx& ctx, std::string_view id, bool to_remote, bool on_sim) {
+  const rig::Device device = on_sim ? ctx.proxy(ctx.agents.front(), "SIM") : ctx.host();
+  const std::uint64_t max = ctx.plan.stream_bytes_max;
+  const auto here_bytes = touched(max);
+  const rig::Buffer here = rig::Buffer::borrow(here_bytes.get(), max);
+  const rig::Buffer there = rig::Buffer::make(device, max);
+  auto r = throughput_json(ctx, id, [&](std::uint64_t n) {
+    (to_remote ? rig::copy(there, 0, here, 0, n) : rig::copy(here, 0, there, 0, n)).wait();
+  });
+  r["device"] = device.name();
+  r["frame_payload_bytes"] = rig::remote::chunk_bytes;
+  r["note"] = std::string("each transfer: one rig::copy ") +
+              (to_remote ? "from this process's memory to " : "to this process's memory from ") +
+              device.name() + " and the wait for its fence";
+  return r;
+}
+
+nlohmann::json rig_copy_to_sim(Ctx& ctx) {
+  return bulk_copies(ctx, "rig.copy.to_remote.sim", true, true);
+}
+nlohmann::json rig_copy_to_host(Ctx& ctx) {
+  return bulk_copies(ctx, "rig.copy.to_remote.host", true, false);
+}
+nlohmann::json rig_copy_from_sim(Ctx& ctx) {
+  return bulk_copies(ctx, "rig.copy.from_remote.sim", false, true);
+}
+nlohmann::json rig_copy_from_host(Ctx& ctx) {
+  return bulk_copies(ctx, "rig.copy.from_remote.host", false, false);
+}
+
+// The agent's completion path: the 64 B copy into SIM with an agent that polls the device's
+// timeline for RIG_AGENT_POLL_US = 200 us, and with one that never polls (0: a helper thread
+// sleeps on the timeline and wakes the loop).
+nlohmann::json rig_agent_completion_poll(Ctx& ctx) {
+  auto r =
+      small_copy_latency(ctx, ctx.proxy(ctx.agents.front(), "SIM"), "rig.agent.completion.poll");
+  r["agent_poll_us"] = 200;
+  return r;
+}
+
+nlohmann::json rig_agent_completion_wakeup(Ctx& ctx) {
+  if (!ctx.wakeup_agent) {
+    return {{"skipped",
+             "needs an agent started with RIG_AGENT_POLL_US=0 (the harness starts one on "
+             "loopback; with --hosts it has none)"}};
+  }
+  auto r =
+      small_copy_latency(ctx, ctx.proxy(*ctx.wakeup_agent, "SIM"), "rig.agent.completion.wakeup");
+  r["agent_poll_us"] = 0;
+  return r;
+}
+
+nlohmann::json rig_cuda(Ctx& ctx) {
+  auto gpus = rig::remote::devices(ctx.host(), "CUDA");
+  if (!gpus) return {{"skipped", "the agent has no CUDA devices: " + gpus.error()}};
+  auto r = small_copy_latency(ctx, gpus->front(), "rig.cuda");
+  r["what"] = "the 64 B copy into the agent's first CUDA device (polling agent)";
+  return r;
+}
 
 constexpr Scenario table[] = {
     {"tcp.pingpong.blocking", "raw TCP ping-pong, blocking sockets", "baseline", "latency", "",
@@ -317,21 +450,24 @@ constexpr Scenario table[] = {
      Where::placement, rig_host_pipeline, ""},
     {"rig.scale", "job start, idle CPU and controller memory against agents", "rig", "scale", "",
      Where::whole_run, run_scale, ""},
-    // Placeholders: each gets its run function once the API it needs lands.
     {"rig.sim.copy64", "submit-to-reached, 64 B copy into a remote SIM device", "rig", "latency",
-     "tcp.pingpong.blocking", Where::placement, nullptr, needs_proxies},
+     "tcp.pingpong.blocking", Where::placement, rig_sim_copy64, ""},
     {"rig.sim.run", "submit-to-reached, smallest program run on a remote SIM device", "rig",
-     "latency", "tcp.pingpong.blocking", Where::placement, nullptr, needs_proxies},
-    {"rig.copy.to_remote", "bulk copies controller to remote host and SIM memory, 4 KiB..1 GiB",
-     "rig", "throughput", "tcp.stream", Where::placement, nullptr, needs_proxies},
-    {"rig.copy.from_remote", "bulk copies remote host and SIM memory to controller, 4 KiB..1 GiB",
-     "rig", "throughput", "tcp.stream", Where::placement, nullptr, needs_proxies},
-    {"rig.agent.completion", "agent completion path: polling against wake-up, SIM", "rig",
-     "latency", "tcp.pingpong.blocking", Where::placement, nullptr, needs_proxies},
-    {"rig.cuda", "64 B copy, smallest run and completion path on CUDA", "rig", "latency",
-     "tcp.pingpong.blocking", Where::placement, nullptr,
-     "needs the CUDA backend and proxies of remote devices (devices(host, \"CUDA\")); neither "
-     "is in rig yet"},
+     "latency", "tcp.pingpong.blocking", Where::placement, rig_sim_run, ""},
+    {"rig.agent.completion.poll", "64 B copy into SIM, agent polling 200 us for completion", "rig",
+     "latency", "tcp.pingpong.blocking", Where::placement, rig_agent_completion_poll, ""},
+    {"rig.agent.completion.wakeup", "64 B copy into SIM, agent waking on completion (no polling)",
+     "rig", "latency", "tcp.pingpong.blocking", Where::placement, rig_agent_completion_wakeup, ""},
+    {"rig.copy.to_remote.sim", "bulk copies controller to remote SIM memory, 4 KiB..1 GiB", "rig",
+     "throughput", "tcp.stream", Where::placement, rig_copy_to_sim, ""},
+    {"rig.copy.to_remote.host", "bulk copies controller to remote host memory, 4 KiB..1 GiB", "rig",
+     "throughput", "tcp.stream", Where::placement, rig_copy_to_host, ""},
+    {"rig.copy.from_remote.sim", "bulk copies remote SIM memory to controller, 4 KiB..1 GiB", "rig",
+     "throughput", "tcp.stream", Where::placement, rig_copy_from_sim, ""},
+    {"rig.copy.from_remote.host", "bulk copies remote host memory to controller, 4 KiB..1 GiB",
+     "rig", "throughput", "tcp.stream", Where::placement, rig_copy_from_host, ""},
+    {"rig.cuda", "submit-to-reached, 64 B copy into a remote CUDA device", "rig", "latency",
+     "tcp.pingpong.blocking", Where::placement, rig_cuda, ""},
 };
 
 }  // namespace
@@ -352,14 +488,26 @@ std::size_t submit_frame_bytes() {
 }
 
 rig::Device Ctx::host() {
+  return host_of(agents.front());
+}
+
+rig::Device Ctx::host_of(const rig::remote::Address& agent) {
+  if (job_ && job_agent_ != agent) close_job();
   if (!job_) {
     auto key = rig::remote::read_key(key_file);
     if (!key) throw std::runtime_error(key.error());
-    auto job = rig::remote::connect(*key, {agents.front()});
+    auto job = rig::remote::connect(*key, {agent});
     if (!job) throw std::runtime_error("the job did not start: " + job.error());
     job_ = *job;
+    job_agent_ = agent;
   }
   return job_->hosts().front();
+}
+
+rig::Device Ctx::proxy(const rig::remote::Address& agent, const std::string& kind) {
+  auto devices = rig::remote::devices(host_of(agent), kind);
+  if (!devices) throw std::runtime_error(devices.error());
+  return devices->front();
 }
 
 void Ctx::close_job() {
@@ -371,6 +519,10 @@ nlohmann::json run_placement(Ctx& ctx) {
   nlohmann::json out = nlohmann::json::object();
   for (const Scenario& s : scenarios()) {
     if (s.where != Where::placement || s.run == nullptr) continue;
+    if (!ctx.only.empty() && std::find(ctx.only.begin(), ctx.only.end(), s.id) == ctx.only.end()) {
+      out[std::string(s.id)] = {{"skipped", "left out by --only"}};
+      continue;
+    }
     try {
       out[std::string(s.id)] = s.run(ctx);
     } catch (const std::exception& e) {

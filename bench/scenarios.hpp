@@ -42,8 +42,13 @@ struct Ctx {
   std::string placement;
   std::string echo_host;
   int echo_port = 0;
-  std::vector<rig::remote::Address> agents;
+  std::vector<rig::remote::Address> agents;  // the first: polls for completion (default 200 us)
+  // An agent started with RIG_AGENT_POLL_US=0 (completion always through the wake-up thread), for
+  // rig.agent.completion.wakeup; none with given hosts.
+  std::optional<rig::remote::Address> wakeup_agent;
   std::string key_file;
+  // Scenario ids to run (--only); empty: all.
+  std::vector<std::string> only;
   // For whole-run scenarios, run in the harness: how to start agents and workers.
   std::string rigd_path;
   std::string self_path;
@@ -53,10 +58,16 @@ struct Ctx {
   // The first agent's host (CPU@NAME), through a job started at the first call and kept until
   // close_job().
   rig::Device host();
+  // The host of the agent at `agent`, through a job with that agent alone: a job with another
+  // agent is closed first (a process runs one job at a time).
+  rig::Device host_of(const rig::remote::Address& agent);
+  // The first proxy of `kind` on `agent`'s machine; raises with the agent's reason if none.
+  rig::Device proxy(const rig::remote::Address& agent, const std::string& kind);
   void close_job();
 
  private:
   std::optional<rig::remote::Job> job_;
+  rig::remote::Address job_agent_;
 };
 
 enum class Where { placement, whole_run };

@@ -110,20 +110,23 @@ TEST_CASE("rig-bench --quick writes the results file and a valid PNG report") {
   CHECK(j["run"]["quick"] == true);
   CHECK(!j["placements"].empty());
 
-  bool saw_rig_latency = false, saw_placeholder = false, saw_scale = false;
+  bool saw_rig_latency = false, saw_sim = false, saw_bulk = false, saw_scale = false;
   for (const auto& s : j["scenarios"]) {
     INFO(s.dump().substr(0, 300));
     REQUIRE(s.contains("id"));
     REQUIRE(s.contains("status"));
     if (s["status"] == "skipped") {
       CHECK(!s["reason"].get<std::string>().empty());
-      saw_placeholder = saw_placeholder || s["id"] == "rig.sim.copy64";
       continue;
     }
     REQUIRE(s["status"] == "ran");
     for (const auto& [placement, r] : s["results"].items()) {
       const std::string where = s["id"].get<std::string>() + " " + placement;
       REQUIRE_MESSAGE(!r.contains("error"), where << ": " << r.value("error", ""));
+      if (r.contains("skipped")) {
+        CHECK(!r["skipped"].get<std::string>().empty());
+        continue;
+      }
       if (r.contains("stats")) check_stats(r["stats"], where);
       if (r.contains("points")) {
         for (const auto& p : r["points"]) {
@@ -132,13 +135,21 @@ TEST_CASE("rig-bench --quick writes the results file and a valid PNG report") {
         }
       }
       if (s["metric"] == "latency") CHECK(!r["cdf"].empty());
-      if (s.contains("baseline")) CHECK(r.contains("ratio"));
+      if (s.contains("baseline") && s["metric"] == "throughput") {
+        // Throughput: a ratio to the baseline at each transfer size.
+        for (const auto& p : r["points"]) CHECK(p.contains("ratio"));
+      } else if (s.contains("baseline")) {
+        CHECK(r.contains("ratio"));
+      }
     }
     saw_rig_latency = saw_rig_latency || s["id"] == "rig.host.empty";
+    saw_sim = saw_sim || s["id"] == "rig.sim.copy64";
+    saw_bulk = saw_bulk || s["id"] == "rig.copy.from_remote.sim";
     saw_scale = saw_scale || s["id"] == "rig.scale";
   }
   CHECK(saw_rig_latency);
-  CHECK(saw_placeholder);
+  CHECK(saw_sim);
+  CHECK(saw_bulk);
   CHECK(saw_scale);
 
   check_png(pngs[0].string());

@@ -23,7 +23,7 @@ esac
 build=build
 tools/deps.sh
 rig_configure "$build" "${rig_build_options[@]}"
-ninja -C "$build" bench/rig-bench tools/rigd/rigd >"$build/bench-compile.log" 2>&1 || {
+ninja -C "$build" bench/rig-bench bench/rig_bench_kernels.so tools/rigd/rigd >"$build/bench-compile.log" 2>&1 || {
   cat "$build/bench-compile.log" >&2
   echo "bench.sh: the build failed (output above, also in $build/bench-compile.log)" >&2
   exit 1

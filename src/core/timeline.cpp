@@ -1,6 +1,7 @@
 #include "core/timeline.hpp"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -56,7 +57,12 @@ void Timeline::wait(std::uint64_t value) const {
     check();
     if (reached() >= value) return;
     cpu_relax();
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() >= spin_until) break;
+    if ((i & 63) != 63) continue;
+    if (std::chrono::steady_clock::now() >= spin_until) break;
+    // The work waited for may need this core (the loop thread that sends it, or a device's worker,
+    // when they share it): a spin that never yields would hold that work back for its whole
+    // length. With nothing else to run, this returns at once.
+    sched_yield();
   }
   for (;;) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);

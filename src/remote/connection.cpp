@@ -232,6 +232,8 @@ void Connection::frame_bytes() {
       return;
     }
     if (std::holds_alternative<Heartbeat>(*message)) continue;  // liveness already noted the bytes
+    // A message of the job's work: its answer or the next one usually follows at once.
+    reactor_.note_activity();
     owner_.on_message(*this, std::move(*message));
   }
 }

@@ -61,15 +61,25 @@ class Reactor {
   // Whether the caller is on the loop thread.
   bool on_loop_thread() const noexcept;
 
+  // The loop has just done work for a caller (run a command, read a message): an answer or the
+  // next request usually follows within microseconds, so for a short while (loop_spin_us) the loop
+  // polls its sockets and queue instead of sleeping in the kernel, whose wake-up costs tens of
+  // microseconds. Loop thread.
+  void note_activity() noexcept;
+
  private:
   static void on_async(uv_async_t* handle);
   static void on_tick(uv_timer_t* handle);
+  static void on_spin(uv_idle_t* handle);
   void drain_commands();
 
   const Clock& clock_;
   uv_loop_t loop_{};
   uv_async_t async_{};
   uv_timer_t tick_{};
+  uv_idle_t spin_{};  // active while the loop polls after activity: libuv then polls, never sleeps
+  std::uint64_t spin_ns_;            // how long it polls after activity (0: never)
+  std::uint64_t spin_until_ns_ = 0;  // uv_hrtime() at which the polling stops
   MpscQueue queue_;
   bool stopping_ = false;
   std::atomic<std::uint64_t> loop_thread_{0};
