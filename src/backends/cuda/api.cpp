@@ -26,10 +26,9 @@ Result<Api> load_api(const std::string& path) {
                  (why != nullptr ? why : "no reason given") +
                  "); is the NVIDIA driver installed? RIG_CUDA_LIB names another path");
   }
-  auto fail = [&](const std::string& why) {
-    dlclose(lib);
-    return Error("CUDA: " + path + ": " + why);
-  };
+  // On failure the library stays loaded: what it allocated while rig probed it (its own tables)
+  // would otherwise be lost with it, and the process opens it once anyway.
+  auto fail = [&](const std::string& why) { return Error("CUDA: " + path + ": " + why); };
   // The driver's own table lookup, so that every entry comes at the version we name.
   auto get2 = reinterpret_cast<GetProc2>(dlsym(lib, "cuGetProcAddress_v2"));
   auto get1 = reinterpret_cast<GetProc1>(dlsym(lib, "cuGetProcAddress"));

@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -68,9 +69,11 @@ struct Alloc {
 
 using Kernel = void (*)(const unsigned grid[3], const unsigned block[3], void** params);
 
+struct Func;
 struct Module {
   Ctx* ctx;
   std::vector<std::string> names;
+  std::vector<std::unique_ptr<Func>> funcs;  // handed out by cuModuleGetFunction, freed with it
 };
 
 struct Func {
@@ -586,7 +589,7 @@ CUresult f_cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int n, CU
   } else if (text.find(".version") == std::string::npos) {
     return CUDA_ERROR_INVALID_IMAGE;
   }
-  auto* mod = new Module{c, {}};
+  auto* mod = new Module{c, {}, {}};
   for (std::size_t at = text.find(".entry "); at != std::string::npos;
        at = text.find(".entry ", at + 7)) {
     const std::size_t start = at + 7;
@@ -608,11 +611,12 @@ CUresult f_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
     return CUDA_ERROR_NOT_FOUND;
   }
   const auto& k = kernels().at(name);
-  *f = reinterpret_cast<CUfunction>(new Func{mod, k.fn, k.params, name});
+  mod->funcs.push_back(std::make_unique<Func>(Func{mod, k.fn, k.params, name}));
+  *f = reinterpret_cast<CUfunction>(mod->funcs.back().get());
   return CUDA_SUCCESS;
 }
 CUresult f_cuModuleUnload(CUmodule m) {
-  delete reinterpret_cast<Module*>(m);  // its Funcs are leaked: test code, few of them
+  delete reinterpret_cast<Module*>(m);
   return CUDA_SUCCESS;
 }
 
