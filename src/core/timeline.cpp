@@ -1,4 +1,5 @@
 #include "core/timeline.hpp"
+#include "core/spin.hpp"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -23,14 +24,6 @@ void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected) noexce
 void futex_wake(std::atomic<std::uint32_t>* word) noexcept {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
           nullptr, 0);
-}
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 }  // namespace

@@ -3,17 +3,12 @@
 #include <chrono>
 
 #include "backends/cuda/engine.hpp"
+#include "core/spin.hpp"
 
 namespace rig::backends::cuda {
 namespace {
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+using rig::detail::cpu_relax;
 
 // After the last work completes, watches for the next for the poll budget before the thread goes
 // to sleep: a submitter that issues, waits and issues again then never pays for waking it.

@@ -1,6 +1,7 @@
 // The engine's shared state: the stream, the events, ordering against other CUDA devices, and
 // the wait that polls before it sleeps.
 #include "backends/cuda/engine.hpp"
+#include "core/spin.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -8,13 +9,7 @@
 namespace rig::backends::cuda {
 namespace {
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+using rig::detail::cpu_relax;
 
 // Events rig makes: no timing (cheaper to record), and a blocking wait that sleeps instead of
 // spinning, which is what the completion thread falls back to after its poll.
