@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/pool.hpp"
 #include "core/timeline.hpp"
 #include "rig/program.hpp"
 #include "rig/rig.hpp"
@@ -61,23 +62,25 @@ struct RunBuffer {
   std::size_t offset;
 };
 
-// A validated run: the entry resolved, buffer arguments turned into device addresses.
+// A validated run: the entry resolved, buffer arguments turned into device addresses. Work's
+// containers come from the block pool (core/pool.hpp): a submission may be made in a signal
+// handler, where malloc is not safe.
 struct RunWork {
   std::shared_ptr<ImageCore> image;
   const void* entry;
   Shape shape;
-  std::vector<std::uint64_t> words;
-  std::vector<std::shared_ptr<BufferCore>> buffers;  // held until the run is done
-  std::vector<RunBuffer> buffer_args;                // parallel to `buffers`
+  PoolVector<std::uint64_t> words;
+  PoolVector<std::shared_ptr<BufferCore>> buffers;  // held until the run is done
+  PoolVector<RunBuffer> buffer_args;                // parallel to `buffers`
 };
 
 using WorkPart = std::variant<CopyWork, RunWork>;
 
 // One submission as a driver receives it.
 struct Work {
-  std::uint64_t value;    // publish this on the device's timeline once every part is done
-  std::vector<Dep> deps;  // wait for these (on other devices) before the first part
-  std::vector<WorkPart> parts;
+  std::uint64_t value;   // publish this on the device's timeline once every part is done
+  PoolVector<Dep> deps;  // wait for these (on other devices) before the first part
+  PoolVector<WorkPart> parts;
 };
 
 // A backend's side of one device. Owner: its DeviceCore. Threads: any; implementations guard their
@@ -204,7 +207,7 @@ class BufferCore {
   // The last write and the reads since, per device; guarded by the submission lock.
   struct Uses {
     std::optional<Dep> last_write;
-    std::vector<Dep> reads;  // at most one per device, the latest
+    PoolVector<Dep> reads;  // at most one per device, the latest
   } uses;
 
   // Raises invalid_argument if the buffer's memory is gone.

@@ -1,6 +1,7 @@
 // Submissions: validation, ordering by memory, and the hand-off to the device's driver.
 #include <algorithm>
 #include <stdexcept>
+#include <string_view>
 
 #include "core/device.hpp"
 #include "core/limits.hpp"
@@ -30,60 +31,73 @@ struct Use {
   bool writes;
 };
 
-BufferCore& usable_buffer(const Buffer& b, const char* role, std::size_t part) {
-  if (!b) misuse("part " + std::to_string(part) + ": the " + role + " buffer is empty");
+// What a buffer is to its part ("the destination", "argument 3"). Its text is built only for an
+// error: a valid submission allocates nothing outside the block pool (core/pool.hpp).
+struct Role {
+  const char* what;
+  std::size_t argument = 0;  // for what == "argument"
+  std::string text() const {
+    return std::string_view(what) == "argument" ? "argument " + std::to_string(argument) : what;
+  }
+};
+
+BufferCore& usable_buffer(const Buffer& b, const Role& role, std::size_t part) {
+  if (!b) misuse("part " + std::to_string(part) + ": the " + role.text() + " buffer is empty");
   b.core()->check_usable();
   return *b.core();
 }
 
-void check_range(const BufferCore& b, std::size_t offset, std::size_t bytes, const char* role,
+void check_range(const BufferCore& b, std::size_t offset, std::size_t bytes, const Role& role,
                  std::size_t part) {
   if (offset > b.size() || bytes > b.size() - offset) {
-    misuse("part " + std::to_string(part) + ": " + role + " range " + range_text(offset, bytes) +
-           " is outside its buffer of " + std::to_string(b.size()) + " bytes on " +
-           b.handle().name());
+    misuse("part " + std::to_string(part) + ": " + role.text() + " range " +
+           range_text(offset, bytes) + " is outside its buffer of " + std::to_string(b.size()) +
+           " bytes on " + b.handle().name());
   }
 }
 
-void check_reach(const DeviceCore& d, const BufferCore& b, const char* role, std::size_t part) {
+void check_reach(const DeviceCore& d, const BufferCore& b, const Role& role, std::size_t part) {
   const DeviceCore& owner = *b.device();
   if (&owner != &d && !d.driver().reaches(owner)) {
-    misuse("part " + std::to_string(part) + ": " + d.info().name + " does not reach the " + role +
-           " buffer on " + owner.info().name);
+    misuse("part " + std::to_string(part) + ": " + d.info().name + " does not reach the " +
+           role.text() + " buffer on " + owner.info().name);
   }
   owner.check_usable();
 }
 
+constexpr Role destination{"destination"};
+constexpr Role source{"source"};
+
 detail::CopyWork validate_copy(const DeviceCore& d, const Copy& c, std::size_t part,
-                               std::vector<Use>& uses) {
-  BufferCore& dst = usable_buffer(c.dst, "destination", part);
-  BufferCore& src = usable_buffer(c.src, "source", part);
-  check_range(dst, c.dst_offset, c.bytes, "destination", part);
-  check_range(src, c.src_offset, c.bytes, "source", part);
-  check_reach(d, dst, "destination", part);
-  check_reach(d, src, "source", part);
+                               detail::PoolVector<Use>& uses) {
+  BufferCore& dst = usable_buffer(c.dst, destination, part);
+  BufferCore& src = usable_buffer(c.src, source, part);
+  check_range(dst, c.dst_offset, c.bytes, destination, part);
+  check_range(src, c.src_offset, c.bytes, source, part);
+  check_reach(d, dst, destination, part);
+  check_reach(d, src, source, part);
   uses.push_back({c.src.core(), false});
   uses.push_back({c.dst.core(), true});
   return {c.dst.core(), c.dst_offset, c.src.core(), c.src_offset, c.bytes};
 }
 
 detail::RunWork validate_run(DeviceCore& d, const Run& r, std::size_t part,
-                             std::vector<Use>& uses) {
-  const std::string where = "part " + std::to_string(part) + ": ";
-  if (!r.image) misuse(where + "the run's image is empty");
+                             detail::PoolVector<Use>& uses) {
+  const auto where = [part] { return "part " + std::to_string(part) + ": "; };
+  if (!r.image) misuse(where() + "the run's image is empty");
   if (r.image.core()->device.core().get() != &d) {
-    misuse(where + "the image was loaded on " + r.image.device().name() + ", not on " +
+    misuse(where() + "the image was loaded on " + r.image.device().name() + ", not on " +
            d.info().name);
   }
   const void* entry = r.image.core()->module->find(r.entry);
-  if (entry == nullptr) misuse(where + "the program has no entry point '" + r.entry + "'");
+  if (entry == nullptr) misuse(where() + "the program has no entry point '" + r.entry + "'");
   for (int i = 0; i < 3; ++i) {
     if (r.shape.grid[i] == 0 || r.shape.block[i] == 0) {
-      misuse(where + "the launch shape of '" + r.entry + "' has a zero dimension");
+      misuse(where() + "the launch shape of '" + r.entry + "' has a zero dimension");
     }
   }
   if (r.args.size() > detail::run_args_max) {
-    misuse(where + std::to_string(r.args.size()) + " arguments, more than the " +
+    misuse(where() + std::to_string(r.args.size()) + " arguments, more than the " +
            std::to_string(detail::run_args_max) + " a run takes");
   }
   detail::RunWork w{r.image.core(), entry, r.shape, {}, {}, {}};
@@ -94,13 +108,13 @@ detail::RunWork validate_run(DeviceCore& d, const Run& r, std::size_t part,
       continue;
     }
     const auto& mem = std::get<Arg::Mem>(r.args[i].value);
-    const std::string role = "argument " + std::to_string(i);
-    BufferCore& b = usable_buffer(mem.buffer, role.c_str(), part);
+    const Role role{"argument", i};
+    BufferCore& b = usable_buffer(mem.buffer, role, part);
     if (mem.offset > b.size()) {
-      misuse(where + role + ": offset " + std::to_string(mem.offset) +
+      misuse(where() + role.text() + ": offset " + std::to_string(mem.offset) +
              " is past the end of its buffer of " + std::to_string(b.size()) + " bytes");
     }
-    check_reach(d, b, role.c_str(), part);
+    check_reach(d, b, role, part);
     w.buffer_args.push_back({static_cast<std::uint32_t>(w.words.size()), mem.access, mem.offset});
     w.words.push_back(b.address() + mem.offset);
     w.buffers.push_back(mem.buffer.core());
@@ -111,7 +125,7 @@ detail::RunWork validate_run(DeviceCore& d, const Run& r, std::size_t part,
 }
 
 // Adds `dep` to `deps` unless it is on `self` (in order already) or already covered.
-void add_dep(std::vector<Dep>& deps, const DeviceCore& self, const Dep& dep) {
+void add_dep(detail::PoolVector<Dep>& deps, const DeviceCore& self, const Dep& dep) {
   if (dep.device.get() == &self) return;
   if (dep.device->timeline().reached() >= dep.value) return;
   for (Dep& d : deps) {
@@ -123,7 +137,7 @@ void add_dep(std::vector<Dep>& deps, const DeviceCore& self, const Dep& dep) {
   deps.push_back(dep);
 }
 
-void set_read(std::vector<Dep>& reads, const Dep& dep) {
+void set_read(detail::PoolVector<Dep>& reads, const Dep& dep) {
   for (Dep& r : reads) {
     if (r.device == dep.device) {
       r.value = std::max(r.value, dep.value);
@@ -146,7 +160,7 @@ std::uint64_t submit(const Device& d, std::span<const Part> parts) {
   }
 
   detail::Work work;
-  std::vector<Use> uses;
+  detail::PoolVector<Use> uses;
   work.parts.reserve(parts.size());
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (const auto* c = std::get_if<Copy>(&parts[i])) {
@@ -200,8 +214,8 @@ Fence copy(const Buffer& dst, std::size_t dst_offset, const Buffer& src, std::si
   if (bytes == 0) {
     // Nothing to move: done at once, even between devices that cannot reach each other, but
     // bounds and usability are still the caller's promise.
-    check_range(usable_buffer(dst, "destination", 0), dst_offset, 0, "destination", 0);
-    check_range(usable_buffer(src, "source", 0), src_offset, 0, "source", 0);
+    check_range(usable_buffer(dst, destination, 0), dst_offset, 0, destination, 0);
+    check_range(usable_buffer(src, source, 0), src_offset, 0, source, 0);
     if (!on) on = to;
     return Fence{on, on.reached()};
   }

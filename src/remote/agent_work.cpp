@@ -354,7 +354,7 @@ void AgentWork::submit(const Submit& m, Op& op) {
     }
     Run r;
     r.image = image->second;
-    r.entry = p.entry;
+    r.entry.assign(p.entry.data(), p.entry.size());
     for (int i = 0; i < 3; ++i) {
       r.shape.grid[i] = p.shape[i];
       r.shape.block[i] = p.shape[3 + i];
@@ -435,8 +435,8 @@ void AgentWork::finish_running() {
   if (!run.copies_back.empty()) {
     // The bytes for the controller's memory go first, each copy's in DATA frames, straight from
     // the staging buffers, which the write holds until it is done.
-    std::vector<std::uint8_t> owned;
-    std::vector<Connection::Piece> pieces;
+    Bytes owned;
+    rig::detail::PoolVector<Connection::Piece> pieces;
     for (const Buffer& b : run.copies_back) {
       const auto bytes = b.access();
       add_bulk_frames(owned, pieces, Data::type,

@@ -16,15 +16,17 @@ namespace rig::remote {
 
 namespace {
 
-// The fields() visitor that writes a message's body.
+// The fields() visitor that writes a message's body into `Out`.
+template <typename Out>
 class BodyWriter {
  public:
-  BodyWriter(std::string_view message, std::vector<std::uint8_t>& out)
-      : message_(message), w_(out) {}
+  BodyWriter(std::string_view message, Out& out) : message_(message), w_(out) {}
   void field(std::string_view, std::uint8_t v) { w_.u8(v); }
   void field(std::string_view, std::uint32_t v) { w_.u32(v); }
   void field(std::string_view, std::uint64_t v) { w_.u64(v); }
-  void field(std::string_view name, const std::string& v, std::size_t max) {
+  template <typename A>
+  void field(std::string_view name, const std::basic_string<char, std::char_traits<char>, A>& v,
+             std::size_t max) {
     if (v.size() > max)
       throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
                                   " of " + std::to_string(v.size()) + " bytes over the maximum " +
@@ -41,8 +43,8 @@ class BodyWriter {
     for (const std::string& e : v) field(name, e, bytes_max);
   }
   // A list of records, each written through its own fields().
-  template <typename T>
-  void field(std::string_view name, const std::vector<T>& v, std::size_t count_max) {
+  template <typename T, typename A>
+  void field(std::string_view name, const std::vector<T, A>& v, std::size_t count_max) {
     if (v.size() > count_max)
       throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
                                   " of " + std::to_string(v.size()) + " entries over the maximum " +
@@ -53,7 +55,7 @@ class BodyWriter {
 
  private:
   std::string_view message_;
-  Writer w_;
+  BasicWriter<Out> w_;
 };
 
 // The fields() visitor that reads a message's body.
@@ -63,7 +65,12 @@ class BodyReader {
   void field(std::string_view name, std::uint8_t& v) { v = r_.u8(name); }
   void field(std::string_view name, std::uint32_t& v) { v = r_.u32(name); }
   void field(std::string_view name, std::uint64_t& v) { v = r_.u64(name); }
-  void field(std::string_view name, std::string& v, std::size_t max) { v = r_.string(name, max); }
+  template <typename A>
+  void field(std::string_view name, std::basic_string<char, std::char_traits<char>, A>& v,
+             std::size_t max) {
+    const std::string s = r_.string(name, max);
+    v.assign(s.data(), s.size());
+  }
   void field(std::string_view name, std::vector<std::string>& v, std::size_t count_max,
              std::size_t bytes_max) {
     const std::uint32_t count = r_.u32(name);
@@ -76,8 +83,8 @@ class BodyReader {
     v.clear();
     for (std::uint32_t i = 0; i < count && r_.ok(); ++i) v.push_back(r_.string(name, bytes_max));
   }
-  template <typename T>
-  void field(std::string_view name, std::vector<T>& v, std::size_t count_max) {
+  template <typename T, typename A>
+  void field(std::string_view name, std::vector<T, A>& v, std::size_t count_max) {
     const std::uint32_t count = r_.u32(name);
     if (!r_.ok()) return;
     if (count > count_max) {
@@ -128,26 +135,39 @@ struct Decoders<std::variant<Ms...>> {
 
 }  // namespace
 
+namespace {
+
+// Appends `m`'s frame to `out`; on a throw, leaves `out` as it was, so a caller that survives the
+// throw has no half frame queued.
+template <typename M, typename Out>
+void encode_one(const M& m, Out& out) {
+  const std::size_t start = out.size();
+  try {
+    out.resize(start + frame_header_bytes);
+    BodyWriter<Out> visitor(M::name, out);
+    M::fields(m, visitor);
+    const std::size_t body = out.size() - start - frame_header_bytes;
+    write_frame_header(
+        std::span<std::uint8_t, frame_header_bytes>(out.data() + start, frame_header_bytes),
+        M::type, body);
+  } catch (...) {
+    out.resize(start);
+    throw;
+  }
+}
+
+}  // namespace
+
 void encode(const Message& message, std::vector<std::uint8_t>& out) {
-  std::visit(
-      [&out](const auto& m) {
-        using M = std::decay_t<decltype(m)>;
-        const std::size_t start = out.size();
-        try {
-          out.resize(start + frame_header_bytes);
-          BodyWriter visitor(M::name, out);
-          M::fields(m, visitor);
-          const std::size_t body = out.size() - start - frame_header_bytes;
-          write_frame_header(
-              std::span<std::uint8_t, frame_header_bytes>(out.data() + start, frame_header_bytes),
-              M::type, body);
-        } catch (...) {
-          // Leave `out` as it was, so a caller that survives the throw has no half frame queued.
-          out.resize(start);
-          throw;
-        }
-      },
-      message);
+  std::visit([&out](const auto& m) { encode_one(m, out); }, message);
+}
+
+void encode(const Message& message, Bytes& out) {
+  std::visit([&out](const auto& m) { encode_one(m, out); }, message);
+}
+
+void encode(const Submit& message, Bytes& out) {
+  encode_one(message, out);
 }
 
 Result<Message> decode(const Frame& frame) {

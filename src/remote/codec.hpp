@@ -8,6 +8,7 @@
 
 #include "remote/frame.hpp"
 #include "remote/messages.hpp"
+#include "remote/wire.hpp"
 #include "rig/result.hpp"
 
 namespace rig::remote {
@@ -15,6 +16,9 @@ namespace rig::remote {
 // Appends the whole frame of `message` (header and body) to `out`. Raises std::invalid_argument if
 // a field is over its limit: the sender checks what it sends (clamp_reason for an abort's cause).
 void encode(const Message& message, std::vector<std::uint8_t>& out);
+void encode(const Message& message, Bytes& out);
+// A submission's frame, without copying it into a Message first (the submit path's own).
+void encode(const Submit& message, Bytes& out);
 
 // The message in a frame from FrameDecoder, every field checked. The Error starts
 // "malformed message: " and names the message and the field, as in

@@ -34,7 +34,7 @@ std::string seconds_text(std::int64_t ms) {
 struct Connection::Write {
   uv_write_t req{};
   Connection* conn = nullptr;
-  std::vector<std::uint8_t> owned;
+  Bytes owned;
   std::function<void()> done;
   bool final_message = false;
 };
@@ -210,7 +210,7 @@ void Connection::handshake_bytes(std::span<const std::uint8_t> bytes) {
 
 void Connection::flush_handshake() {
   auto out = handshake_->take_output();
-  if (!out.empty()) write_buffers(std::move(out), {}, nullptr);
+  if (!out.empty()) write_buffers(Bytes(out.begin(), out.end()), {}, nullptr);
 }
 
 void Connection::frame_bytes() {
@@ -240,7 +240,7 @@ void Connection::frame_bytes() {
 
 void Connection::send(const Message& m) {
   if (state_ != State::open) return;  // ending or closed: nothing more may follow
-  std::vector<std::uint8_t> bytes;
+  Bytes bytes;
   encode(m, bytes);
   write_buffers(std::move(bytes), {}, nullptr);
 }
@@ -255,7 +255,7 @@ void Connection::send_gather(std::span<const std::uint8_t> head,
   write_buffers({head.begin(), head.end()}, pieces, std::move(done));
 }
 
-void add_bulk_frames(std::vector<std::uint8_t>& owned, std::vector<Connection::Piece>& pieces,
+void add_bulk_frames(Bytes& owned, rig::detail::PoolVector<Connection::Piece>& pieces,
                      std::uint8_t type, std::span<const std::uint8_t> bytes) {
   for (std::size_t at = 0; at < bytes.size(); at += chunk_bytes) {
     const std::size_t n = std::min(chunk_bytes, bytes.size() - at);
@@ -269,7 +269,7 @@ void add_bulk_frames(std::vector<std::uint8_t>& owned, std::vector<Connection::P
   }
 }
 
-void Connection::send_pieces(std::vector<std::uint8_t> owned, std::span<const Piece> pieces,
+void Connection::send_pieces(Bytes owned, std::span<const Piece> pieces,
                              std::function<void()> done) {
   if (state_ != State::open) {
     if (done) done();
@@ -278,7 +278,7 @@ void Connection::send_pieces(std::vector<std::uint8_t> owned, std::span<const Pi
   write_buffers(std::move(owned), pieces, std::move(done));
 }
 
-void Connection::write_buffers(std::vector<std::uint8_t> owned, std::span<const Piece> pieces,
+void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
                                std::function<void()> done) {
   auto* stream = reinterpret_cast<uv_stream_t*>(&tcp_);
   std::vector<uv_buf_t> bufs;
@@ -465,7 +465,7 @@ void Connection::end(const std::optional<Message>& final_message) {
   const bool was_open = state_ == State::open;
   ended_ms_ = reactor_.now_ms();
   if (was_open && final_message) {
-    std::vector<std::uint8_t> bytes;
+    Bytes bytes;
     encode(*final_message, bytes);
     final_message_pending_ = true;
     write_buffers(std::move(bytes), {}, nullptr);

@@ -18,6 +18,7 @@
 #include "remote/messages.hpp"
 #include "remote/reactor.hpp"
 #include "remote/timing.hpp"
+#include "remote/wire.hpp"
 
 namespace rig::remote {
 
@@ -88,8 +89,7 @@ class Connection {
   };
   // Queues one write of `pieces`, in order, behind everything queued before it; `owned` is kept
   // by the connection until the write is done. Only while open (else `done` runs at once).
-  void send_pieces(std::vector<std::uint8_t> owned, std::span<const Piece> pieces,
-                   std::function<void()> done);
+  void send_pieces(Bytes owned, std::span<const Piece> pieces, std::function<void()> done);
 
   // Ends this side: sends `final_message` if given (an ABORT or a CLOSE), half-closes, then reads
   // and discards until the peer ends its side, `drain_timeout_ms` after the end (or after the final
@@ -134,8 +134,7 @@ class Connection {
   void flush_handshake();
   // Writes `pieces` (or all of `owned` when there are none): the socket first, a request for
   // the rest.
-  void write_buffers(std::vector<std::uint8_t> owned, std::span<const Piece> pieces,
-                     std::function<void()> done);
+  void write_buffers(Bytes owned, std::span<const Piece> pieces, std::function<void()> done);
   void tick(std::int64_t now_ms);
   void fail(const std::string& cause);
   void broken(int uv_code);  // a write or read error, reported as the state calls for
@@ -172,7 +171,7 @@ class Connection {
 // Appends to a write the frames of type `type` (PAYLOAD or DATA) that carry `bytes` from where
 // they lie, chunk_bytes at most per frame: each frame's header goes into `owned`, its bytes stay in
 // the caller's memory. Nothing is appended for no bytes.
-void add_bulk_frames(std::vector<std::uint8_t>& owned, std::vector<Connection::Piece>& pieces,
+void add_bulk_frames(Bytes& owned, rig::detail::PoolVector<Connection::Piece>& pieces,
                      std::uint8_t type, std::span<const std::uint8_t> bytes);
 
 // "10 s", "0.25 s": a duration in the root causes, exact for the scaled times tests use.

@@ -171,9 +171,9 @@ void ControllerJob::started() {
   state_->started.set();
 }
 
-void ControllerJob::send(std::size_t index, std::vector<std::uint8_t> owned,
-                         std::vector<Connection::Piece> pieces, std::optional<Expect> expect,
-                         std::shared_ptr<const void> keep) {
+void ControllerJob::send(std::size_t index, Bytes owned,
+                         rig::detail::PoolVector<Connection::Piece> pieces,
+                         std::optional<Expect> expect, std::shared_ptr<const void> keep) {
   Member* m = index < members_.size() ? &members_[index] : nullptr;
   if (has_failed() || closing_ || m == nullptr || m->connection == nullptr ||
       m->connection->state() != Connection::State::open) {

@@ -82,9 +82,8 @@ class ControllerJob final : public JobCore {
   // (a FREE, an UNLOAD), joins what the agent owes. If the job has failed or closed, a round
   // trip's reply learns so at once.
   // `keep` holds the memory the pieces point at until the write is done or given up.
-  void send(std::size_t index, std::vector<std::uint8_t> owned,
-            std::vector<Connection::Piece> pieces, std::optional<Expect> expect,
-            std::shared_ptr<const void> keep = {});
+  void send(std::size_t index, Bytes owned, rig::detail::PoolVector<Connection::Piece> pieces,
+            std::optional<Expect> expect, std::shared_ptr<const void> keep = {});
   // Sends CLOSE to every agent.
   void close();
 

@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/pool.hpp"
 #include "remote/limits.hpp"
 
 namespace rig::remote {
@@ -284,9 +285,9 @@ struct WirePart {
   std::uint64_t src_offset = 0;
   std::uint64_t bytes = 0;
   std::uint64_t image = 0;
-  std::string entry;
+  rig::detail::PoolString entry;
   std::uint32_t shape[6] = {1, 1, 1, 1, 1, 1};
-  std::vector<WireArg> args;
+  rig::detail::PoolVector<WireArg> args;
   template <typename M, typename F>
   static void fields(M& m, F& f) {
     f.field("kind", m.kind);
@@ -311,7 +312,7 @@ struct Submit {
   static constexpr std::string_view name = "SUBMIT";
   std::uint32_t device = 0;
   std::uint64_t value = 0;
-  std::vector<WirePart> parts;
+  rig::detail::PoolVector<WirePart> parts;  // a submission may be made in a signal handler
   template <typename M, typename F>
   static void fields(M& m, F& f) {
     f.field("device", m.device);

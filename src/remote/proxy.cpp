@@ -2,14 +2,20 @@
 // submission path (admit, ready, enqueue) that turns rig's work into one SUBMIT per submission.
 #include "remote/proxy.hpp"
 
+#include <new>
 #include <set>
 
+#include "core/limits.hpp"
 #include "core/signals.hpp"
 #include "remote/codec.hpp"
 #include "remote/controller.hpp"
 
 namespace rig::remote {
 namespace {
+
+// A submission the core accepts always fits a SUBMIT, so encoding it never refuses.
+static_assert(wire_parts_max >= rig::detail::submission_parts_max);
+static_assert(wire_args_max >= rig::detail::run_args_max);
 
 // A device holds at most this much work that its agent has not reported reached; a submit beyond
 // it waits. Bounds the memory a fast controller can pile up at a slow agent.
@@ -57,7 +63,7 @@ class ProxyModule final : public rig::detail::Module {
   ~ProxyModule() override {
     auto job = job_.lock();
     if (!job) return;
-    std::vector<std::uint8_t> owned;
+    Bytes owned;
     encode(Unload{id_}, owned);
     post_to_job(
         job,
@@ -68,6 +74,7 @@ class ProxyModule final : public rig::detail::Module {
   }
 
   const void* find(const std::string& entry) const override {
+    if (entry.size() > name_bytes_max) return nullptr;  // no agent's program has such a name
     std::lock_guard lock(mu_);
     return &*names_.insert(entry).first;
   }
@@ -88,9 +95,9 @@ std::shared_ptr<Reply> round_trip(const std::shared_ptr<JobState>& job, std::siz
                                   std::span<const std::uint8_t> payload,
                                   std::shared_ptr<const void> keep) {
   auto reply = std::make_shared<Reply>();
-  std::vector<std::uint8_t> owned;
+  Bytes owned;
   encode(message, owned);
-  std::vector<Connection::Piece> pieces{{nullptr, 0, owned.size()}};
+  rig::detail::PoolVector<Connection::Piece> pieces{{nullptr, 0, owned.size()}};
   add_bulk_frames(owned, pieces, Payload::type, payload);
   Expect e;
   e.kind = kind;
@@ -173,7 +180,7 @@ void RemoteDriver::release(std::uint64_t address, std::size_t) noexcept {
   auto job = live_job();
   if (!job) return;
   try {
-    std::vector<std::uint8_t> owned;
+    Bytes owned;
     encode(Free{address}, owned);
     post_to_job(
         job,
@@ -242,17 +249,59 @@ void RemoteDriver::ready(const rig::detail::Work& work) {
   }
 }
 
+namespace {
+
+using Sources = rig::detail::PoolVector<std::shared_ptr<rig::detail::BufferCore>>;
+
+// One submission on its way to the loop: everything enqueue built, in a block of the block pool,
+// posted without a std::function (whose captures would come from malloc). Owner: enqueue until it
+// posts, then the loop, which runs it once and frees it. Threads: built on the submitter's thread
+// (maybe in a signal handler), run and destroyed on the loop thread.
+struct SubmitCommand final : Command {
+  std::shared_ptr<JobState> job;
+  std::size_t member = 0;
+  Bytes owned;
+  rig::detail::PoolVector<Connection::Piece> pieces;
+  Expect expect;
+  std::shared_ptr<const Sources> sources;  // the copies' source buffers, until written
+
+  // Frees a command (run, or never posted).
+  struct Free {
+    void operator()(SubmitCommand* c) const noexcept {
+      c->~SubmitCommand();
+      rig::detail::pool_release(c, sizeof(SubmitCommand));
+    }
+  };
+  using Owned = std::unique_ptr<SubmitCommand, Free>;
+  static Owned make() {
+    return Owned(new (rig::detail::pool_allocate(sizeof(SubmitCommand))) SubmitCommand());
+  }
+
+  void run(Reactor&) noexcept override {
+    const Owned self(this);
+    if (job->core != nullptr) {
+      job->core->send(member, std::move(owned), std::move(pieces), std::move(expect),
+                      std::move(sources));
+    }
+  }
+};
+
+}  // namespace
+
 void RemoteDriver::enqueue(rig::detail::Work work) {
+  // Nothing here may call malloc: a signal handler may have made this submission (docs/remote.md,
+  // "Signals"). Every container comes from the block pool.
   auto job = live_job();
   if (!job) return;  // the device is closed or lost already, and its waiters know
-  Submit submit{id_, work.value, {}};
-  Expect e;
+  auto command = SubmitCommand::make();
+  Expect& e = command->expect;
   e.kind = Expect::Kind::reached;
   e.device_id = id_;
   e.value = work.value;
   e.inflight_bytes = work_bytes(work);
-  std::vector<std::span<const std::uint8_t>> sent;
-  std::vector<std::shared_ptr<rig::detail::BufferCore>> sources;
+  Submit submit{id_, work.value, {}};
+  rig::detail::PoolVector<std::span<const std::uint8_t>> sent;
+  Sources sources;
   submit.parts.reserve(work.parts.size());
   for (const auto& part : work.parts) {
     WirePart& p = submit.parts.emplace_back();
@@ -276,7 +325,8 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
     const auto& r = std::get<rig::detail::RunWork>(part);
     p.kind = WirePart::run;
     p.image = static_cast<const ProxyModule&>(*r.image->module).id();
-    p.entry = *static_cast<const std::string*>(r.entry);
+    const auto& entry = *static_cast<const std::string*>(r.entry);
+    p.entry.assign(entry.data(), entry.size());
     for (int i = 0; i < 3; ++i) {
       p.shape[i] = r.shape.grid[i];
       p.shape[3 + i] = r.shape.block[i];
@@ -291,20 +341,20 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
       a.access = static_cast<std::uint8_t>(r.buffer_args[j].access);
     }
   }
-  std::vector<std::uint8_t> owned;
+  // The core's limits keep every field within the wire's, so this cannot refuse the message.
+  Bytes& owned = command->owned;
   encode(submit, owned);
-  std::vector<Connection::Piece> pieces{{nullptr, 0, owned.size()}};
-  for (const auto& bytes : sent) add_bulk_frames(owned, pieces, Payload::type, bytes);
+  command->pieces.push_back({nullptr, 0, owned.size()});
+  for (const auto& bytes : sent) add_bulk_frames(owned, command->pieces, Payload::type, bytes);
+  if (!sources.empty()) {
+    command->sources = std::allocate_shared<const Sources>(rig::detail::PoolAllocator<Sources>(),
+                                                           std::move(sources));
+  }
   e.work = std::move(work);
+  command->job = std::move(job);
+  command->member = member_;
   inflight_bytes_.fetch_add(e.inflight_bytes, std::memory_order_acq_rel);
-  post_to_job(
-      job,
-      [member = member_, owned = std::move(owned), pieces = std::move(pieces), e = std::move(e),
-       keep = std::make_shared<const decltype(sources)>(std::move(sources))](
-          ControllerJob& c) mutable {
-        c.send(member, std::move(owned), std::move(pieces), std::move(e), std::move(keep));
-      },
-      [] {});
+  Runtime::get().reactor().post(command.release());
 }
 
 Result<std::unique_ptr<rig::detail::Module>> RemoteDriver::load(const Program& program) {

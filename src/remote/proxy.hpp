@@ -47,7 +47,7 @@ struct Expect {
   std::uint32_t device_id = 0;
   std::uint64_t value = 0;
   std::uint64_t inflight_bytes = 0;
-  std::vector<CopyBack> copies;
+  rig::detail::PoolVector<CopyBack> copies;
   std::size_t copy_index = 0;
   std::size_t copy_done = 0;
   rig::detail::Work work;

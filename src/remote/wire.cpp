@@ -69,22 +69,6 @@ bool Reader::finish() {
   return ok();
 }
 
-void Writer::u32(std::uint32_t v) {
-  std::uint8_t b[4];
-  store_u32(b, v);
-  out_.insert(out_.end(), b, b + 4);
-}
-
-void Writer::u64(std::uint64_t v) {
-  u32(static_cast<std::uint32_t>(v));
-  u32(static_cast<std::uint32_t>(v >> 32));
-}
-
-void Writer::string(std::string_view v) {
-  u32(static_cast<std::uint32_t>(v.size()));
-  out_.insert(out_.end(), v.begin(), v.end());
-}
-
 std::string hex_byte(std::uint8_t v) {
   static constexpr char digits[] = "0123456789abcdef";
   return std::string{'0', 'x', digits[v >> 4], digits[v & 15]};

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/pool.hpp"
+
 namespace rig::remote {
 
 // Reads the fields of one message body in order, checking each against the bytes left. The first
@@ -63,20 +65,38 @@ class Reader {
   std::string error_;
 };
 
-// Appends little-endian fields to a byte vector. Owner: the encoder; one thread.
-class Writer {
+// Appends little-endian fields to a byte vector (`Out`: std::vector<std::uint8_t> or Bytes).
+// Owner: the encoder; one thread.
+template <typename Out>
+class BasicWriter {
  public:
-  explicit Writer(std::vector<std::uint8_t>& out) noexcept : out_(out) {}
+  explicit BasicWriter(Out& out) noexcept : out_(out) {}
   void u8(std::uint8_t v) { out_.push_back(v); }
-  void u32(std::uint32_t v);
-  void u64(std::uint64_t v);
+  void u32(std::uint32_t v) {
+    const std::uint8_t b[4] = {static_cast<std::uint8_t>(v), static_cast<std::uint8_t>(v >> 8),
+                               static_cast<std::uint8_t>(v >> 16),
+                               static_cast<std::uint8_t>(v >> 24)};
+    out_.insert(out_.end(), b, b + 4);
+  }
+  void u64(std::uint64_t v) {
+    u32(static_cast<std::uint32_t>(v));
+    u32(static_cast<std::uint32_t>(v >> 32));
+  }
   void bytes(std::span<const std::uint8_t> v) { out_.insert(out_.end(), v.begin(), v.end()); }
   // A u32 length, then the bytes. The caller has checked the length against its field's limit.
-  void string(std::string_view v);
+  void string(std::string_view v) {
+    u32(static_cast<std::uint32_t>(v.size()));
+    out_.insert(out_.end(), v.begin(), v.end());
+  }
 
  private:
-  std::vector<std::uint8_t>& out_;
+  Out& out_;
 };
+using Writer = BasicWriter<std::vector<std::uint8_t>>;
+
+// Bytes a connection writes, built where malloc is not safe (a submission in a signal handler):
+// their memory comes from the block pool (core/pool.hpp).
+using Bytes = rig::detail::PoolVector<std::uint8_t>;
 
 // Little-endian loads and stores on raw bytes, for fixed headers.
 inline std::uint32_t load_u32(const std::uint8_t* p) noexcept {

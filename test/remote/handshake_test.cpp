@@ -14,7 +14,7 @@ using namespace rig::remote;
 using rig::remote::test::bytes_of;
 using rig::remote::test::cat;
 using rig::remote::test::le32;
-using Bytes = std::vector<std::uint8_t>;
+using Octets = std::vector<std::uint8_t>;
 using State = Handshake::State;
 
 namespace {
@@ -45,7 +45,7 @@ Handshake listener(const Key& k = the_key()) {
 }
 
 // Passes `bytes` to `h` in pieces of `piece` bytes; a handshake takes all it is given until done.
-void deliver(Handshake& h, const Bytes& bytes, std::size_t piece) {
+void deliver(Handshake& h, const Octets& bytes, std::size_t piece) {
   for (std::size_t at = 0; at < bytes.size(); at += piece) {
     const auto chunk = std::span(bytes).subspan(at, std::min(piece, bytes.size() - at));
     const std::size_t used = h.feed(chunk);
@@ -59,9 +59,9 @@ void deliver(Handshake& h, const Bytes& bytes, std::size_t piece) {
 void run(Handshake& d, Handshake& l, const std::optional<JobId>& serving,
          std::size_t piece = SIZE_MAX) {
   for (;;) {
-    const Bytes to_dialer = l.take_output();
+    const Octets to_dialer = l.take_output();
     deliver(d, to_dialer, piece);
-    const Bytes to_listener = d.take_output();
+    const Octets to_listener = d.take_output();
     deliver(l, to_listener, piece);
     const bool admitting = l.state() == State::verified;
     if (admitting) l.admit(serving);
@@ -73,8 +73,8 @@ void run(Handshake& d, Handshake& l, const std::optional<JobId>& serving,
 
 // The dialer's proof in answer to `l`'s greeting.
 struct Exchange {
-  Bytes greeting;
-  Bytes proof;
+  Octets greeting;
+  Octets proof;
 };
 Exchange greet_and_prove(Handshake& d, Handshake& l) {
   Exchange e{l.take_output(), {}};
@@ -85,14 +85,14 @@ Exchange greet_and_prove(Handshake& d, Handshake& l) {
 }
 
 // A proof body without its MAC, fields as given.
-Bytes proof_fields(std::uint32_t version, std::uint8_t role, const JobId& j, std::string_view name,
-                   std::string_view listener_name) {
-  Bytes out;
+Octets proof_fields(std::uint32_t version, std::uint8_t role, const JobId& j, std::string_view name,
+                    std::string_view listener_name) {
+  Octets out;
   Writer w(out);
   w.u32(version);
   w.u8(role);
   w.bytes(j);
-  Bytes nonce(nonce_bytes, 0x5a);
+  Octets nonce(nonce_bytes, 0x5a);
   w.bytes(nonce);
   w.string(name);
   w.string(listener_name);
@@ -100,25 +100,26 @@ Bytes proof_fields(std::uint32_t version, std::uint8_t role, const JobId& j, std
 }
 
 // A whole proof for `greeting`: length, fields, and a MAC by `k` in `direction`.
-Bytes signed_proof(const Key& k, Direction direction, const Bytes& greeting, const Bytes& fields) {
-  const Bytes head = cat({le32(static_cast<std::uint32_t>(fields.size() + mac_bytes)), fields});
+Octets signed_proof(const Key& k, Direction direction, const Octets& greeting,
+                    const Octets& fields) {
+  const Octets head = cat({le32(static_cast<std::uint32_t>(fields.size() + mac_bytes)), fields});
   const Mac mac = MacKeys(k).prove(direction, cat({greeting, head}));
   return cat({head, mac});
 }
 
 // A proof of `length` declared bytes carrying `body`, for refusals before the MAC matters.
-Bytes proof_with_body(const Bytes& body) {
+Octets proof_with_body(const Octets& body) {
   return cat({le32(static_cast<std::uint32_t>(body.size())), body});
 }
 
 // The listener's reply after it read `proof`, and the reason it refused, if it did.
 struct Answer {
-  Bytes reply;
+  Octets reply;
   std::string why;
 };
-Answer answer(const Bytes& proof) {
+Answer answer(const Octets& proof) {
   auto l = listener();
-  const Bytes greeting = l.take_output();
+  const Octets greeting = l.take_output();
   (void)greeting;
   l.feed(proof);
   if (l.state() == State::verified) l.admit(std::nullopt);
@@ -126,7 +127,7 @@ Answer answer(const Bytes& proof) {
 }
 
 // What a dialer says to a listener greeting `greeting` and then replying `reply`.
-std::string dialer_refusal(const Bytes& greeting, const Bytes& reply) {
+std::string dialer_refusal(const Octets& greeting, const Octets& reply) {
   auto d = Handshake::dialer(the_key(), controller());
   d.feed(greeting);
   d.feed(reply);
@@ -135,18 +136,18 @@ std::string dialer_refusal(const Bytes& greeting, const Bytes& reply) {
   return d.why();
 }
 
-Bytes greeting_with(std::uint32_t version, std::uint8_t role, const InstanceId& instance) {
-  Bytes out;
+Octets greeting_with(std::uint32_t version, std::uint8_t role, const InstanceId& instance) {
+  Octets out;
   Writer w(out);
   w.bytes(greeting_magic);
   w.u32(version);
   w.u8(role);
   w.bytes(instance);
-  w.bytes(Bytes(nonce_bytes, 7));
+  w.bytes(Octets(nonce_bytes, 7));
   return out;
 }
 
-const Bytes refused_malformed = cat({le32(1), Bytes{4}});
+const Octets refused_malformed = cat({le32(1), Octets{4}});
 
 }  // namespace
 
@@ -200,42 +201,42 @@ TEST_SUITE("unit") {
     auto d = Handshake::dialer(the_key(), controller());
     const auto e = greet_and_prove(d, l);
     REQUIRE(e.greeting.size() == 61);
-    CHECK(Bytes(e.greeting.begin(), e.greeting.begin() + 13) ==
-          Bytes{'r', 'i', 'g', '-', 'j', 'o', 'b', 0, 1, 0, 0, 0, 2});
-    CHECK(Bytes(e.greeting.begin() + 13, e.greeting.begin() + 29) ==
-          Bytes(listener_instance.begin(), listener_instance.end()));
+    CHECK(Octets(e.greeting.begin(), e.greeting.begin() + 13) ==
+          Octets{'r', 'i', 'g', '-', 'j', 'o', 'b', 0, 1, 0, 0, 0, 2});
+    CHECK(Octets(e.greeting.begin() + 13, e.greeting.begin() + 29) ==
+          Octets(listener_instance.begin(), listener_instance.end()));
 
     // length, version 1, role 1 (controller), job id, nonce, "controller", "h100-b", MAC
     const std::size_t body = 4 + 1 + 16 + 32 + 4 + 10 + 4 + 6 + 32;
     REQUIRE(e.proof.size() == 4 + body);
-    CHECK(Bytes(e.proof.begin(), e.proof.begin() + 9) == cat({le32(body), le32(1), Bytes{1}}));
-    CHECK(Bytes(e.proof.begin() + 9, e.proof.begin() + 25) == Bytes(job.begin(), job.end()));
-    CHECK(Bytes(e.proof.begin() + 57, e.proof.begin() + 81) ==
+    CHECK(Octets(e.proof.begin(), e.proof.begin() + 9) == cat({le32(body), le32(1), Octets{1}}));
+    CHECK(Octets(e.proof.begin() + 9, e.proof.begin() + 25) == Octets(job.begin(), job.end()));
+    CHECK(Octets(e.proof.begin() + 57, e.proof.begin() + 81) ==
           cat({le32(10), bytes_of("controller"), le32(6), bytes_of("h100-b")}));
 
     REQUIRE(l.feed(e.proof) == e.proof.size());
     l.admit(std::nullopt);
-    const Bytes reply = l.take_output();
+    const Octets reply = l.take_output();
     REQUIRE(reply.size() == 4 + 1 + 32);
-    CHECK(Bytes(reply.begin(), reply.begin() + 5) == cat({le32(33), Bytes{0}}));
+    CHECK(Octets(reply.begin(), reply.begin() + 5) == cat({le32(33), Octets{0}}));
   }
 
   TEST_CASE("each connection draws fresh nonces, so no two proofs are alike") {
     auto l1 = listener();
     auto l2 = listener();
-    const Bytes g1 = l1.take_output();
-    const Bytes g2 = l2.take_output();
-    CHECK(Bytes(g1.begin(), g1.begin() + 29) == Bytes(g2.begin(), g2.begin() + 29));
-    CHECK(Bytes(g1.begin() + 29, g1.end()) != Bytes(g2.begin() + 29, g2.end()));
+    const Octets g1 = l1.take_output();
+    const Octets g2 = l2.take_output();
+    CHECK(Octets(g1.begin(), g1.begin() + 29) == Octets(g2.begin(), g2.begin() + 29));
+    CHECK(Octets(g1.begin() + 29, g1.end()) != Octets(g2.begin() + 29, g2.end()));
 
     auto d1 = Handshake::dialer(the_key(), controller());
     auto d2 = Handshake::dialer(the_key(), controller());
     d1.feed(g1);
     d2.feed(g1);
-    const Bytes p1 = d1.take_output();
-    const Bytes p2 = d2.take_output();
-    CHECK(Bytes(p1.begin() + 25, p1.begin() + 57) != Bytes(p2.begin() + 25, p2.begin() + 57));
-    CHECK(Bytes(p1.end() - 32, p1.end()) != Bytes(p2.end() - 32, p2.end()));
+    const Octets p1 = d1.take_output();
+    const Octets p2 = d2.take_output();
+    CHECK(Octets(p1.begin() + 25, p1.begin() + 57) != Octets(p2.begin() + 25, p2.begin() + 57));
+    CHECK(Octets(p1.end() - 32, p1.end()) != Octets(p2.end() - 32, p2.end()));
   }
 
   TEST_CASE("the key never crosses the wire") {
@@ -244,7 +245,7 @@ TEST_SUITE("unit") {
     const auto e = greet_and_prove(d, l);
     l.feed(e.proof);
     l.admit(std::nullopt);
-    const Bytes wire = cat({e.greeting, e.proof, l.take_output()});
+    const Octets wire = cat({e.greeting, e.proof, l.take_output()});
     const auto k = detail::key_bytes(the_key());
     // Not the key, nor any 8-byte piece of it.
     for (std::size_t at = 0; at + 8 <= k.size(); ++at)
@@ -269,9 +270,9 @@ TEST_SUITE("unit") {
       const auto e = greet_and_prove(d, l);
       auto impostor = listener(other_key());
       (void)impostor.take_output();
-      const Bytes transcript = cat({e.greeting, e.proof, le32(33), Bytes{0}});
+      const Octets transcript = cat({e.greeting, e.proof, le32(33), Octets{0}});
       const Mac mac = MacKeys(other_key()).prove(Direction::listener, transcript);
-      d.feed(cat({le32(33), Bytes{0}, Bytes(mac.begin(), mac.end())}));
+      d.feed(cat({le32(33), Octets{0}, Octets(mac.begin(), mac.end())}));
       REQUIRE(d.state() == State::refused);
       CHECK(d.why() == "holds another key");
     }
@@ -297,7 +298,7 @@ TEST_SUITE("unit") {
       CHECK(d.why() == "speaks protocol version 1, this process speaks 2");
     }
     SUBCASE("a version-7 greeting is named from its fixed prefix alone") {
-      CHECK(dialer_refusal(cat({Bytes(greeting_magic.begin(), greeting_magic.end()), le32(7)}),
+      CHECK(dialer_refusal(cat({Octets(greeting_magic.begin(), greeting_magic.end()), le32(7)}),
                            {}) == "speaks protocol version 7, this process speaks 1");
     }
   }
@@ -341,7 +342,7 @@ TEST_SUITE("unit") {
     const auto e = greet_and_prove(d1, l1);
     l1.feed(e.proof);
     l1.admit(std::nullopt);
-    const Bytes reply = l1.take_output();
+    const Octets reply = l1.take_output();
     d1.feed(reply);
     REQUIRE(d1.state() == State::proven);
 
@@ -351,7 +352,7 @@ TEST_SUITE("unit") {
     CHECK(l2.feed(e.proof) == e.proof.size());
     REQUIRE(l2.state() == State::refused);
     CHECK(l2.why() == "holds another key");
-    CHECK(l2.take_output() == cat({le32(1), Bytes{1}}));
+    CHECK(l2.take_output() == cat({le32(1), Octets{1}}));
 
     // And the recorded reply covers the first dialer's nonce, so a second dialer rejects it.
     auto l3 = listener();
@@ -367,19 +368,19 @@ TEST_SUITE("unit") {
       auto l = listener();
       auto d = Handshake::dialer(the_key(), controller());
       const auto e = greet_and_prove(d, l);
-      d.feed(cat({le32(33), Bytes{0}, Bytes(e.proof.end() - 32, e.proof.end())}));
+      d.feed(cat({le32(33), Octets{0}, Octets(e.proof.end() - 32, e.proof.end())}));
       REQUIRE(d.state() == State::refused);
       CHECK(d.why() == "holds another key");
     }
     SUBCASE("a dialer's proof made with the listener's label") {
-      const Bytes fields = proof_fields(1, 1, job, "controller", "h100-b");
+      const Octets fields = proof_fields(1, 1, job, "controller", "h100-b");
       auto control = listener();
-      const Bytes greeting = control.take_output();
+      const Octets greeting = control.take_output();
       control.feed(signed_proof(the_key(), Direction::dialer, greeting, fields));
       CHECK(control.state() == State::verified);  // the same proof under the right label holds
 
       auto l = listener();
-      const Bytes g = l.take_output();
+      const Octets g = l.take_output();
       l.feed(signed_proof(the_key(), Direction::listener, g, fields));
       REQUIRE(l.state() == State::refused);
       CHECK(l.why() == "holds another key");
@@ -396,7 +397,7 @@ TEST_SUITE("unit") {
     }
     SUBCASE("a listener's own messages sent back to it") {
       auto l = listener();
-      const Bytes greeting = l.take_output();
+      const Octets greeting = l.take_output();
       l.feed(greeting);
       REQUIRE(l.state() == State::refused);
       CHECK(l.why() == "malformed handshake: proof length 761751922 over the maximum 2141");
@@ -406,7 +407,7 @@ TEST_SUITE("unit") {
       const auto e = greet_and_prove(d, l2);
       l2.feed(e.proof);
       l2.admit(std::nullopt);
-      const Bytes reply = l2.take_output();
+      const Octets reply = l2.take_output();
       CHECK(answer(reply).why ==
             "malformed handshake: proof: nonce (32 bytes at offset 21) past the end of a 33-byte "
             "body");
@@ -416,7 +417,7 @@ TEST_SUITE("unit") {
   TEST_CASE("a malformed proof gets a reason at the listener and a malformed verdict") {
     const auto name = [](std::size_t n) { return std::string(n, 'n'); };
     struct Case {
-      Bytes proof;
+      Octets proof;
       std::string why;
     };
     const Case cases[] = {
@@ -425,27 +426,27 @@ TEST_SUITE("unit") {
         {le32(0xffffffff), "malformed handshake: proof length 4294967295 over the maximum 2141"},
         {proof_with_body({}),
          "malformed handshake: proof: version (4 bytes at offset 0) past the end of a 0-byte body"},
-        {proof_with_body(cat({le32(1), Bytes{1}})),
+        {proof_with_body(cat({le32(1), Octets{1}})),
          "malformed handshake: proof: job id (16 bytes at offset 5) past the end of a 5-byte body"},
-        {proof_with_body(cat({le32(1), Bytes{1}, Bytes(48, 0), le32(2000)})),
+        {proof_with_body(cat({le32(1), Octets{1}, Octets(48, 0), le32(2000)})),
          "malformed handshake: proof: name length 2000 over the maximum 1024"},
-        {proof_with_body(cat({le32(1), Bytes{1}, Bytes(48, 0), le32(20), Bytes(5, 'x')})),
+        {proof_with_body(cat({le32(1), Octets{1}, Octets(48, 0), le32(20), Octets(5, 'x')})),
          "malformed handshake: proof: name length 20 past the end of a 62-byte body"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "controller", "h100-b"), Bytes(31, 0)})),
+        {proof_with_body(cat({proof_fields(1, 1, job, "controller", "h100-b"), Octets(31, 0)})),
          "malformed handshake: proof: MAC (32 bytes at offset 77) past the end of a 108-byte body"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "controller", "h100-b"), Bytes(34, 0)})),
+        {proof_with_body(cat({proof_fields(1, 1, job, "controller", "h100-b"), Octets(34, 0)})),
          "malformed handshake: proof: 2 trailing bytes"},
-        {proof_with_body(cat({proof_fields(2, 1, job, "controller", "h100-b"), Bytes(32, 0)})),
+        {proof_with_body(cat({proof_fields(2, 1, job, "controller", "h100-b"), Octets(32, 0)})),
          "malformed handshake: proof: version 2, but the greeting offered 1"},
-        {proof_with_body(cat({proof_fields(1, 7, job, "controller", "h100-b"), Bytes(32, 0)})),
+        {proof_with_body(cat({proof_fields(1, 7, job, "controller", "h100-b"), Octets(32, 0)})),
          "malformed handshake: proof: role 7 unknown"},
-        {proof_with_body(cat({proof_fields(1, 0, job, "controller", "h100-b"), Bytes(32, 0)})),
+        {proof_with_body(cat({proof_fields(1, 0, job, "controller", "h100-b"), Octets(32, 0)})),
          "malformed handshake: proof: role 0 unknown"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "", "h100-b"), Bytes(32, 0)})),
+        {proof_with_body(cat({proof_fields(1, 1, job, "", "h100-b"), Octets(32, 0)})),
          "malformed handshake: proof: name is empty"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "controller", ""), Bytes(32, 0)})),
+        {proof_with_body(cat({proof_fields(1, 1, job, "controller", ""), Octets(32, 0)})),
          "malformed handshake: proof: listener name is empty"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "c", name(1025)), Bytes(32, 0)})),
+        {proof_with_body(cat({proof_fields(1, 1, job, "c", name(1025)), Octets(32, 0)})),
          "malformed handshake: proof: listener name length 1025 over the maximum 1024"},
     };
     for (const auto& c : cases) {
@@ -455,8 +456,8 @@ TEST_SUITE("unit") {
       CHECK(a.reply == refused_malformed);
     }
     // The largest proof the limits allow is read in full, and then judged on its MAC.
-    const Bytes biggest =
-        proof_with_body(cat({proof_fields(1, 1, job, name(1024), name(1024)), Bytes(32, 0)}));
+    const Octets biggest =
+        proof_with_body(cat({proof_fields(1, 1, job, name(1024), name(1024)), Octets(32, 0)}));
     REQUIRE(biggest.size() == 4 + proof_body_bytes_max);
     CHECK(answer(biggest).why == "holds another key");
 
@@ -468,7 +469,7 @@ TEST_SUITE("unit") {
 
   TEST_CASE("a dialer refuses a greeting or a reply that is not one, with the reason") {
     auto l = listener();
-    const Bytes greeting = l.take_output();
+    const Octets greeting = l.take_output();
     CHECK(dialer_refusal(bytes_of("SSH-2.0-OpenSSH_9.2p1\r\n"), {}) ==
           "does not speak rig's protocol (its first bytes are not a rig greeting)");
     CHECK(dialer_refusal(greeting_with(1, 1, listener_instance), {}) ==
@@ -479,16 +480,16 @@ TEST_SUITE("unit") {
           "malformed handshake: reply length 34 over the maximum 33");
     CHECK(dialer_refusal(greeting, le32(0)) ==
           "malformed handshake: reply: verdict (1 byte at offset 0) past the end of a 0-byte body");
-    CHECK(dialer_refusal(greeting, cat({le32(1), Bytes{9}})) ==
+    CHECK(dialer_refusal(greeting, cat({le32(1), Octets{9}})) ==
           "malformed handshake: reply: verdict 0x09 unknown");
-    CHECK(dialer_refusal(greeting, cat({le32(1), Bytes{0}})) ==
+    CHECK(dialer_refusal(greeting, cat({le32(1), Octets{0}})) ==
           "malformed handshake: reply: MAC (32 bytes at offset 1) past the end of a 1-byte body");
-    CHECK(dialer_refusal(greeting, cat({le32(2), Bytes{1, 1}})) ==
+    CHECK(dialer_refusal(greeting, cat({le32(2), Octets{1, 1}})) ==
           "malformed handshake: reply: 1 trailing byte");
-    CHECK(dialer_refusal(greeting, cat({le32(1), Bytes{1}})) == "holds another key");
-    CHECK(dialer_refusal(greeting, cat({le32(1), Bytes{2}})) == "serves another job");
-    CHECK(dialer_refusal(greeting, cat({le32(1), Bytes{3}})) == "serves no job yet");
-    CHECK(dialer_refusal(greeting, cat({le32(33), Bytes(33, 0)})) == "holds another key");
+    CHECK(dialer_refusal(greeting, cat({le32(1), Octets{1}})) == "holds another key");
+    CHECK(dialer_refusal(greeting, cat({le32(1), Octets{2}})) == "serves another job");
+    CHECK(dialer_refusal(greeting, cat({le32(1), Octets{3}})) == "serves no job yet");
+    CHECK(dialer_refusal(greeting, cat({le32(33), Octets(33, 0)})) == "holds another key");
   }
 
   TEST_CASE("input that ends at any point of the handshake refuses it") {
@@ -497,7 +498,7 @@ TEST_SUITE("unit") {
     const auto e = greet_and_prove(d0, l0);
     l0.feed(e.proof);
     l0.admit(std::nullopt);
-    const Bytes reply = l0.take_output();
+    const Octets reply = l0.take_output();
 
     for (std::size_t cut = 0; cut < e.greeting.size(); ++cut) {
       auto d = Handshake::dialer(the_key(), controller());
@@ -540,7 +541,7 @@ TEST_SUITE("unit") {
   }
 
   TEST_CASE("bytes after the handshake are left for the frame decoder") {
-    const Bytes frames{1, 0, 0, 0, 0x01, 1, 0, 0, 0, 0x03};
+    const Octets frames{1, 0, 0, 0, 0x01, 1, 0, 0, 0, 0x03};
     auto l = listener();
     auto d = Handshake::dialer(the_key(), controller());
     const auto e = greet_and_prove(d, l);
@@ -548,7 +549,7 @@ TEST_SUITE("unit") {
     CHECK(l.feed(frames) == 0);  // verified: nothing more is its to take
     l.admit(std::nullopt);
     CHECK(l.feed(frames) == 0);
-    const Bytes reply = l.take_output();
+    const Octets reply = l.take_output();
     CHECK(d.feed(cat({reply, frames})) == reply.size());
     CHECK(d.state() == State::proven);
     CHECK(d.feed(frames) == 0);
@@ -574,12 +575,12 @@ TEST_SUITE("unit") {
   TEST_CASE("made-up bytes at any step end in a refusal, never a crash") {
     std::mt19937_64 rng(rig::remote::test::test_seed());
     auto random_bytes = [&](std::size_t n) {
-      Bytes b(n);
+      Octets b(n);
       for (auto& x : b) x = static_cast<std::uint8_t>(rng());
       return b;
     };
     // A small length in front, now and then, so the made-up bytes reach the body parsers.
-    auto maybe_framed = [&](Bytes b) {
+    auto maybe_framed = [&](Octets b) {
       if (rng() % 2) return b;
       return cat({le32(static_cast<std::uint32_t>(rng() % (b.size() + 2))), b});
     };

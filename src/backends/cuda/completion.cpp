@@ -32,7 +32,7 @@ void completion_loop(std::shared_ptr<Engine> e) {
     CUevent event = nullptr;
     std::uint64_t value = 0;
     bool launched = false;
-    std::vector<detail::Dep> deps;
+    detail::PoolVector<detail::Dep> deps;
     {
       std::unique_lock lock(e->mu);
       e->inflight_cv.wait(lock, [&] { return e->stopping || !e->inflight.empty(); });
