@@ -16,8 +16,9 @@ namespace rig::remote {
 
 class Reactor;
 
-// Work for the loop thread. The poster owns the node (usually from a NodePool) and learns of its
-// completion however the command says; run() executes on the loop thread, exactly once.
+// Work for the loop thread. The poster owns the node (a submission's comes from the block pool) and
+// learns of its completion however the command says; run() executes on the loop thread, exactly
+// once.
 struct Command : QueueNode {
   virtual void run(Reactor& reactor) noexcept = 0;
 
