@@ -129,6 +129,32 @@ Buffer* AgentWork::memory(std::uint64_t id, std::string_view message) {
   return nullptr;
 }
 
+// ---- StagingCache
+
+Buffer StagingCache::take(std::size_t bytes) {
+  const auto it = free_.lower_bound(bytes);
+  if (it != free_.end() && it->first / 2 <= bytes) {
+    Buffer b = std::move(it->second);
+    cached_bytes_ -= it->first;
+    free_.erase(it);
+    return b;
+  }
+  return Buffer::make(rig::host(), bytes);
+}
+
+void StagingCache::give_back(Buffer b) {
+  if (cached_bytes_ + b.size() > staging_cache_bytes_max) return;  // freed as it goes
+  cached_bytes_ += b.size();
+  free_.emplace(b.size(), std::move(b));
+}
+
+void StagingCache::clear() {
+  free_.clear();
+  cached_bytes_ = 0;
+}
+
+// ---- AgentWork
+
 void AgentWork::message(Message&& m) {
   if (shut_) return;
   if (receiving_) {
@@ -142,8 +168,8 @@ void AgentWork::message(Message&& m) {
     for (const WirePart& p : s->parts) {
       if (p.kind != WirePart::copy || p.src != 0 || p.bytes == 0) continue;
       try {
-        Buffer b = Buffer::make(rig::host(), p.bytes);
-        op.fill.push_back(b.access());
+        Buffer b = staging_->take(p.bytes);
+        op.fill.push_back(b.access().first(p.bytes));
         op.staged.push_back(std::move(b));
       } catch (const std::exception& e) {
         return fail(std::string("cannot stage a copy from the controller: ") + e.what());
@@ -197,6 +223,7 @@ void AgentWork::pump() {
     if (receiving_ && queue_.size() == 1) return;  // its bytes are still coming
     Op op = std::move(queue_.front());
     queue_.pop_front();
+    last_work_ms_ = reactor_.now_ms();
     apply(op);
   }
 }
@@ -307,7 +334,7 @@ void AgentWork::load(const Load& m, Op& op) {
 void AgentWork::submit(const Submit& m, Op& op) {
   Device* d = device(m.device, "SUBMIT");
   if (d == nullptr) return;
-  Running run{*d, 0, m.device, m.value, {}};
+  Running run{*d, 0, m.device, m.value, {}, {}, {}};
   std::vector<Part> parts;
   parts.reserve(m.parts.size());
   std::size_t staged = 0;
@@ -330,7 +357,8 @@ void AgentWork::submit(const Submit& m, Op& op) {
       }
       if (p.dst == 0) {
         try {
-          run.copies_back.push_back(Buffer::make(rig::host(), p.bytes));
+          run.copies_back.push_back(staging_->take(p.bytes));
+          run.back_bytes.push_back(p.bytes);
         } catch (const std::exception& e) {
           return fail(std::string("cannot stage a copy to the controller: ") + e.what());
         }
@@ -384,6 +412,7 @@ void AgentWork::submit(const Submit& m, Op& op) {
   } catch (const std::exception& e) {
     return fail(e.what());  // refused by this machine's rig, out of memory, or a lost device
   }
+  run.staged = std::move(op.staged);
   running_ = std::move(run);
   check_running();
   if (running_) watch();
@@ -437,20 +466,27 @@ void AgentWork::finish_running() {
     // the staging buffers, which the write holds until it is done.
     Bytes owned;
     rig::detail::PoolVector<Connection::Piece> pieces;
-    for (const Buffer& b : run.copies_back) {
-      const auto bytes = b.access();
+    auto back = std::move(run.copies_back);
+    for (std::size_t i = 0; i < back.size(); ++i) {
+      const auto bytes = back[i].access();
       add_bulk_frames(owned, pieces, Data::type,
-                      {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
+                      {reinterpret_cast<const std::uint8_t*>(bytes.data()), run.back_bytes[i]});
     }
-    auto keep = std::make_shared<std::vector<Buffer>>(std::move(run.copies_back));
-    controller_->send_pieces(std::move(owned), pieces, [keep] {});
+    controller_->send_pieces(std::move(owned), pieces,
+                             [staging = staging_, back = std::move(back)]() mutable {
+                               for (Buffer& b : back) staging->give_back(std::move(b));
+                             });
   }
+  for (Buffer& b : run.staged) staging_->give_back(std::move(b));
   controller_->send(Reached{run.device_id, run.value});
   pump();
 }
 
 void AgentWork::tick() {
   if (shut_) return;
+  if (!running_ && queue_.empty() && reactor_.now_ms() - last_work_ms_ >= staging_idle_release_ms) {
+    staging_->clear();
+  }
   for (const auto& [id, d] : devices_) {
     if (auto why = rig::failure(d)) return fail(*why);
   }
@@ -458,6 +494,7 @@ void AgentWork::tick() {
 
 void AgentWork::close() {
   running_.reset();
+  staging_->clear();
   queue_.clear();
   memory_.clear();
   images_.clear();

@@ -32,6 +32,23 @@ struct CompletionWaiter;
 // Every message applies after the work of the one before it is done (the order the controller
 // relies on: work sent to a machine follows all work sent to it before). Messages that arrive
 // meanwhile wait in order; bulk bytes are staged in this process's memory as they arrive.
+// Host memory that bulk bytes pass through between the connection and a device, kept for the
+// next copies (see staging_cache_bytes_max). Owner: AgentWork, shared with the writes that still
+// send from its buffers. Threads: the loop. Lifetime: the job's, or its last such write's.
+class StagingCache {
+ public:
+  // A buffer of at least `bytes`: a kept one no more than twice as large (so that a small copy
+  // does not hold a large buffer), or a new one. Raises what Buffer::make raises.
+  Buffer take(std::size_t bytes);
+  // `b` is no longer used by any work or write: kept if there is room.
+  void give_back(Buffer b);
+  void clear();
+
+ private:
+  std::multimap<std::size_t, Buffer> free_;  // by size
+  std::size_t cached_bytes_ = 0;
+};
+
 class AgentWork {
  public:
   using Fail = std::function<void(const std::string& cause)>;
@@ -78,7 +95,9 @@ class AgentWork {
     std::uint64_t local_value = 0;
     std::uint32_t device_id = 0;
     std::uint64_t value = 0;
-    std::vector<Buffer> copies_back;  // staged bytes for the controller's memory, in order
+    std::vector<Buffer> copies_back;      // staged bytes for the controller's memory, in order
+    std::vector<std::size_t> back_bytes;  // how many of each go back (a kept buffer may be larger)
+    std::vector<Buffer> staged;           // the controller's bytes this work copies from
   };
 
   void pump();
@@ -106,6 +125,8 @@ class AgentWork {
   std::deque<Op> queue_;
   std::optional<Running> running_;
   std::int64_t poll_since_us_ = 0;
+  std::int64_t last_work_ms_ = 0;  // when a message was last applied (the staging cache's idle)
+  std::shared_ptr<StagingCache> staging_ = std::make_shared<StagingCache>();
 
   std::map<std::uint32_t, Device> devices_;                   // 0: this machine's host
   std::map<std::string, std::vector<std::uint32_t>> opened_;  // kind -> ids, in the agent's order

@@ -55,4 +55,10 @@ inline constexpr std::uint64_t program_bytes_max = 4ull * 1024 * MiB;
 // A connection that has not proven the key by then is dropped (the reactor's deadline).
 inline constexpr std::uint64_t handshake_timeout_ms = 10'000;
 
+// An agent keeps the host memory that bulk copies were staged in for the next copies, up to this
+// much, and lets it all go after this long without work: a fresh buffer costs a zeroed page per
+// 4 KiB, about a tenth of a large copy's time (bench/README.md).
+inline constexpr std::size_t staging_cache_bytes_max = 1024 * MiB;
+inline constexpr std::int64_t staging_idle_release_ms = 1000;
+
 }  // namespace rig::remote
