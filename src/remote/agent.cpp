@@ -236,7 +236,18 @@ class AgentJob final : public JobCore {
     if (c.tag != controller_tag || type != Payload::type || !ready_sent_) {
       return JobCore::on_job_bulk(c, type, bytes);
     }
-    work_.payload(bytes);
+    work_.payload(bytes.size(), bytes.data());
+  }
+
+  std::span<std::uint8_t> bulk_sink(Connection& c, std::uint8_t type,
+                                    std::size_t bytes) noexcept override {
+    if (c.tag != controller_tag || type != Payload::type || !ready_sent_) return {};
+    return work_.payload_sink(bytes);
+  }
+
+  // Only a sink this job gave (PAYLOAD from the controller) places bytes.
+  void on_bulk_placed(Connection&, std::uint8_t, std::size_t bytes) noexcept override {
+    work_.payload(bytes, nullptr);
   }
 
   void from_controller(Connection& c, Message&& m) {

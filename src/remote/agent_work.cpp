@@ -193,19 +193,31 @@ void AgentWork::message(Message&& m) {
   pump();
 }
 
-void AgentWork::payload(std::span<const std::uint8_t> bytes) {
+std::span<std::uint8_t> AgentWork::payload_sink(std::size_t bytes) {
+  if (shut_ || !receiving_) return {};
+  Op& op = queue_.back();
+  if (op.complete()) return {};
+  const auto to = op.fill[op.fill_index];
+  if (to.size() - op.fill_done < bytes) return {};  // runs across copies: through payload()
+  return {reinterpret_cast<std::uint8_t*>(to.data()) + op.fill_done, bytes};
+}
+
+void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
   if (shut_) return;
   if (!receiving_) return fail("controller: malformed message: PAYLOAD where none was due");
   Op& op = queue_.back();
-  while (!bytes.empty()) {
+  while (bytes > 0) {
     if (op.complete()) {
       return fail("controller: malformed message: PAYLOAD beyond the bytes of its " +
                   std::string(name_of(op.message)));
     }
     auto to = op.fill[op.fill_index];
-    const std::size_t n = std::min(bytes.size(), to.size() - op.fill_done);
-    std::memcpy(to.data() + op.fill_done, bytes.data(), n);
-    bytes = bytes.subspan(n);
+    const std::size_t n = std::min(bytes, to.size() - op.fill_done);
+    if (from != nullptr) {
+      std::memcpy(to.data() + op.fill_done, from, n);
+      from += n;
+    }
+    bytes -= n;
     op.fill_done += n;
     if (op.fill_done == to.size()) {
       ++op.fill_index;

@@ -64,7 +64,10 @@ class AgentWork {
   // A message of the controller's work (OPEN, MAKE, FREE, LOAD, UNLOAD, SUBMIT).
   void message(Message&& m);
   // PAYLOAD bytes: the program of a LOAD, or the bytes of a SUBMIT's copies from the controller.
-  void payload(std::span<const std::uint8_t> bytes);
+  // `bytes` of them at `from`, or, with `from` null, placed already where payload_sink said.
+  void payload(std::size_t bytes, const std::uint8_t* from);
+  // Where the next `bytes` PAYLOAD bytes go, if they go to one place (else empty).
+  std::span<std::uint8_t> payload_sink(std::size_t bytes);
   // Notices a device of the job lost other than by a close (called on every tick).
   void tick();
   // The controller closed the job: lets go of its memory and programs and closes its devices.

@@ -16,6 +16,11 @@ namespace {
 
 // What a read asks libuv for at a time.
 constexpr std::size_t read_chunk_bytes = 64 * 1024;
+// A bulk frame's body at least this large, not all received yet, is read straight to where its
+// owner puts it; a smaller one goes through the decoder's buffer, where one copy costs little.
+constexpr std::size_t sink_bytes_min = 16 * 1024;
+// The most one read into a sink asks for (libuv's buffer length is an unsigned int).
+constexpr std::size_t sink_read_bytes_max = 16 * 1024 * 1024;
 
 std::string uv_text(int code) {
   return uv_strerror(code);
@@ -120,6 +125,12 @@ void Connection::tune_socket() {
 
 void Connection::on_alloc(uv_handle_t* h, std::size_t, uv_buf_t* buf) {
   auto* c = static_cast<Connection*>(h->data);
+  if (c->state_ == State::open && !c->sink_.empty()) {
+    const std::size_t n = std::min(c->sink_.size() - c->sink_done_, sink_read_bytes_max);
+    *buf = uv_buf_init(reinterpret_cast<char*>(c->sink_.data() + c->sink_done_),
+                       static_cast<unsigned>(n));
+    return;
+  }
   if (c->state_ == State::open) {
     const auto space = c->decoder_.prepare(read_chunk_bytes);
     *buf = uv_buf_init(reinterpret_cast<char*>(space.data()), static_cast<unsigned>(space.size()));
@@ -173,6 +184,15 @@ void Connection::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
       c->handshake_bytes({reinterpret_cast<const std::uint8_t*>(buf->base), bytes});
       return;
     case State::open:
+      if (!c->sink_.empty()) {
+        c->sink_done_ += bytes;
+        if (c->sink_done_ < c->sink_.size()) return;
+        const std::size_t placed = c->sink_.size();
+        c->sink_ = {};
+        c->reactor_.note_activity();
+        c->owner_.on_bulk_placed(*c, c->sink_type_, placed);
+        return;
+      }
       c->decoder_.commit(bytes);
       c->frame_bytes();
       return;
@@ -220,7 +240,7 @@ void Connection::frame_bytes() {
       fail(peer_name_ + ": " + next.error());
       return;
     }
-    if (!next->has_value()) return;
+    if (!next->has_value()) return try_sink();
     if (is_bulk((*next)->type)) {
       // Bulk bytes go to the job as they lie in the decoder's buffer: no decoding, no copy.
       owner_.on_bulk(*this, (*next)->type, (*next)->body);
@@ -236,6 +256,18 @@ void Connection::frame_bytes() {
     reactor_.note_activity();
     owner_.on_message(*this, std::move(*message));
   }
+}
+
+void Connection::try_sink() {
+  const auto partial = decoder_.partial_bulk();
+  if (!partial || partial->body_bytes < sink_bytes_min) return;
+  const auto to = owner_.bulk_sink(*this, partial->type, partial->body_bytes);
+  if (to.size() != partial->body_bytes) return;
+  std::memcpy(to.data(), partial->buffered.data(), partial->buffered.size());
+  sink_ = to;
+  sink_done_ = partial->buffered.size();
+  sink_type_ = partial->type;
+  decoder_.skip_partial_bulk();
 }
 
 void Connection::send(const Message& m) {

@@ -38,6 +38,15 @@ class ConnectionOwner {
   // A PAYLOAD or DATA frame's bytes, borrowed from the connection until the call returns.
   virtual void on_bulk(Connection& c, std::uint8_t type,
                        std::span<const std::uint8_t> bytes) noexcept = 0;
+  // Where the body of a bulk frame of `bytes` goes, if it goes whole to one place the owner knows
+  // already (a copy's destination): the connection then reads it there straight from the socket,
+  // and reports it with on_bulk_placed instead of on_bulk. Empty: it comes through on_bulk. The
+  // memory must stay valid while the connection is open.
+  virtual std::span<std::uint8_t> bulk_sink(Connection&, std::uint8_t, std::size_t) noexcept {
+    return {};
+  }
+  // The `bytes` of a bulk frame whose body bulk_sink placed are all in place.
+  virtual void on_bulk_placed(Connection&, std::uint8_t, std::size_t) noexcept {}
   // The connection failed, or the peer ended it, before this side ended it: `cause` is a root cause
   // naming the peer ("NAME: closed its connection"). The connection is already ending.
   virtual void on_failed(Connection& c, const std::string& cause) noexcept = 0;
@@ -131,6 +140,8 @@ class Connection {
   void on_bytes(std::span<const std::uint8_t> bytes);
   void handshake_bytes(std::span<const std::uint8_t> bytes);
   void frame_bytes();
+  // Asks the owner where a partly received bulk frame's body goes, and reads it there if it can.
+  void try_sink();
   void flush_handshake();
   // Writes `pieces` (or all of `owned` when there are none): the socket first, a request for
   // the rest.
@@ -152,6 +163,10 @@ class Connection {
   std::optional<Handshake> handshake_;
   std::vector<std::uint8_t> handshake_buf_;
   FrameDecoder decoder_;
+  // A bulk frame's body being read straight to its destination (empty when none is).
+  std::span<std::uint8_t> sink_;
+  std::size_t sink_done_ = 0;
+  std::uint8_t sink_type_ = 0;
   Liveness liveness_;
   std::int64_t started_ms_;
   std::int64_t ended_ms_ = 0;  // when this side ended, or its final message left, if later

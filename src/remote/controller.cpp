@@ -293,6 +293,27 @@ std::vector<Device> ControllerJob::opened(Member& member, std::size_t index, con
 
 void ControllerJob::on_job_bulk(Connection& c, std::uint8_t type,
                                 std::span<const std::uint8_t> bytes) noexcept {
+  receive_data(c, type, bytes.size(), bytes.data());
+}
+
+std::span<std::uint8_t> ControllerJob::bulk_sink(Connection& c, std::uint8_t type,
+                                                 std::size_t bytes) noexcept {
+  if (type != Data::type || has_failed() || c.tag >= members_.size()) return {};
+  Member& member = members_[c.tag];
+  if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) return {};
+  Expect& e = member.expects.front();
+  if (e.copy_index >= e.copies.size()) return {};
+  const CopyBack& to = e.copies[e.copy_index];
+  if (to.bytes - e.copy_done < bytes) return {};  // runs across copies: through on_job_bulk
+  return {reinterpret_cast<std::uint8_t*>(to.at) + e.copy_done, bytes};
+}
+
+void ControllerJob::on_bulk_placed(Connection& c, std::uint8_t type, std::size_t bytes) noexcept {
+  receive_data(c, type, bytes, nullptr);
+}
+
+void ControllerJob::receive_data(Connection& c, std::uint8_t type, std::size_t bytes,
+                                 const std::uint8_t* from) {
   Member& member = members_[c.tag];
   const std::string bad = c.peer_name() + ": malformed message: ";
   if (type != Data::type) return fail(bad + "PAYLOAD is not one an agent sends");
@@ -301,14 +322,17 @@ void ControllerJob::on_job_bulk(Connection& c, std::uint8_t type,
   }
   Expect& e = member.expects.front();
   // The bytes go where the copy asked, as they come; they may run across copies of the work.
-  while (!bytes.empty()) {
+  while (bytes > 0) {
     if (e.copy_index >= e.copies.size()) {
       return fail(bad + "DATA beyond the bytes of the copies of value " + std::to_string(e.value));
     }
     CopyBack& to = e.copies[e.copy_index];
-    const std::size_t n = std::min(bytes.size(), to.bytes - e.copy_done);
-    std::memcpy(to.at + e.copy_done, bytes.data(), n);
-    bytes = bytes.subspan(n);
+    const std::size_t n = std::min(bytes, to.bytes - e.copy_done);
+    if (from != nullptr) {
+      std::memcpy(to.at + e.copy_done, from, n);
+      from += n;
+    }
+    bytes -= n;
     e.copy_done += n;
     if (e.copy_done == to.bytes) {
       ++e.copy_index;

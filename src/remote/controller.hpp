@@ -93,6 +93,12 @@ class ControllerJob final : public JobCore {
   void on_job_message(Connection& c, Message&& m) noexcept override;
   void on_job_bulk(Connection& c, std::uint8_t type,
                    std::span<const std::uint8_t> bytes) noexcept override;
+  std::span<std::uint8_t> bulk_sink(Connection& c, std::uint8_t type,
+                                    std::size_t bytes) noexcept override;
+  void on_bulk_placed(Connection& c, std::uint8_t type, std::size_t bytes) noexcept override;
+  // DATA bytes for the copies of the work `c`'s agent reports next; `from` null: bulk_sink put
+  // them in place already.
+  void receive_data(Connection& c, std::uint8_t type, std::size_t bytes, const std::uint8_t* from);
   // An answer of the agent: it must be what the head of its queue expects.
   void answer(Connection& c, Member& member, Expect::Kind kind, Message&& m);
   std::vector<Device> opened(Member& member, std::size_t index, const Opened& o);

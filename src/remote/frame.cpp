@@ -75,4 +75,20 @@ Result<std::optional<Frame>> FrameDecoder::next() {
   return std::optional<Frame>(Frame{type, {at + frame_header_bytes, length - 1}});
 }
 
+std::optional<FrameDecoder::PartialBulk> FrameDecoder::partial_bulk() const {
+  const std::size_t have = end_ - begin_;
+  if (error_ || have < frame_header_bytes) return std::nullopt;
+  const std::uint8_t* at = buffer_.data() + begin_;
+  const std::uint32_t length = load_u32(at);
+  const std::uint8_t type = at[frame_length_field_bytes];
+  if (length == 0 || length > frame_bytes_max || !is_bulk(type)) return std::nullopt;
+  if (have - frame_length_field_bytes >= length) return std::nullopt;  // whole: next() takes it
+  return PartialBulk{
+      type, length - std::size_t{1}, {at + frame_header_bytes, have - frame_header_bytes}};
+}
+
+void FrameDecoder::skip_partial_bulk() {
+  begin_ = end_;
+}
+
 }  // namespace rig::remote

@@ -50,6 +50,19 @@ class FrameDecoder {
   // "malformed message: " and names the problem.
   Result<std::optional<Frame>> next();
 
+  // A bulk frame (PAYLOAD, DATA) at the front whose header is in and whose body is not all: the
+  // connection may read the rest of the body straight to where it goes. Only after next() has
+  // returned nothing, so the header is checked already.
+  struct PartialBulk {
+    std::uint8_t type;
+    std::size_t body_bytes;                  // the whole body's
+    std::span<const std::uint8_t> buffered;  // the body's first bytes, here already
+  };
+  std::optional<PartialBulk> partial_bulk() const;
+  // Forgets the partial bulk frame at the front, header and buffered bytes: the rest of its body
+  // does not pass through the decoder.
+  void skip_partial_bulk();
+
   // Bytes received and not yet returned in a frame.
   std::size_t buffered_bytes() const noexcept { return end_ - begin_; }
 

@@ -114,4 +114,36 @@ TEST_SUITE("unit") {
     d.prepare(8);
     CHECK_THROWS_AS(d.commit(9), std::invalid_argument);
   }
+
+  TEST_CASE("a bulk frame whose body is still coming can be taken off the decoder, and only it") {
+    FrameDecoder d;
+    std::vector<std::uint8_t> body(100);
+    for (std::size_t i = 0; i < body.size(); ++i) body[i] = static_cast<std::uint8_t>(i);
+    const auto payload = frame(Payload::type, body);
+    d.feed(std::span(payload).first(frame_header_bytes - 1));  // not even the header yet
+    CHECK_FALSE(d.next()->has_value());
+    CHECK_FALSE(d.partial_bulk().has_value());
+    d.feed(std::span(payload).subspan(frame_header_bytes - 1, 31));  // header and 30 body bytes
+    CHECK_FALSE(d.next()->has_value());
+    const auto partial = d.partial_bulk();
+    REQUIRE(partial.has_value());
+    CHECK(partial->type == Payload::type);
+    CHECK(partial->body_bytes == 100);
+    CHECK(std::vector<std::uint8_t>(partial->buffered.begin(), partial->buffered.end()) ==
+          std::vector<std::uint8_t>(body.begin(), body.begin() + 30));
+    // The rest of the body is read elsewhere; the decoder goes on with the frame after it.
+    d.skip_partial_bulk();
+    CHECK(d.buffered_bytes() == 0);
+    d.feed(encode_all({Heartbeat{}}));
+    CHECK(decode(d.next()->value()).value() == Message(Heartbeat{}));
+
+    // A partial message that is not bulk, and a whole bulk frame, are not partial bulk frames.
+    const auto abort = encode_all({Abort{"a reason long enough"}});
+    d.feed(std::span(abort).first(abort.size() - 2));
+    CHECK_FALSE(d.next()->has_value());
+    CHECK_FALSE(d.partial_bulk().has_value());
+    FrameDecoder whole;
+    whole.feed(payload);
+    CHECK_FALSE(whole.partial_bulk().has_value());
+  }
 }
