@@ -1,5 +1,7 @@
 #include "remote/agent_work.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
@@ -446,7 +448,13 @@ void AgentWork::on_idle(uv_idle_t* idle) {
     uv_idle_stop(idle);
     return;
   }
-  if (now_us() - self->poll_since_us_ < completion_poll_us()) return;
+  if (now_us() - self->poll_since_us_ < completion_poll_us()) {
+    // The thread that publishes the work's end (a device's completion thread or worker) may share
+    // this core, as in an agent confined to one CPU: let it run before polling again. With nothing
+    // else to run, this returns at once.
+    sched_yield();
+    return;
+  }
   // Long work: stop polling and let a thread sleep on the timeline and wake the loop.
   uv_idle_stop(idle);
   if (!self->waiter_) {

@@ -1,25 +1,14 @@
 // The completion thread: learns when the oldest work in flight is done (polling, then sleeping in
 // the driver), checks that no kernel left the context broken, and publishes the work's value.
-#include <chrono>
-
 #include "backends/cuda/engine.hpp"
-#include "core/spin.hpp"
 
 namespace rig::backends::cuda {
 namespace {
 
-using rig::detail::cpu_relax;
-
 // After the last work completes, watches for the next for the poll budget before the thread goes
 // to sleep: a submitter that issues, waits and issues again then never pays for waking it.
 void linger(const Engine& e, std::uint64_t seen) {
-  const std::uint64_t budget = poll_budget_ns();
-  if (budget == 0) return;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget);
-  for (unsigned i = 0; e.issued.load(std::memory_order_acquire) == seen; ++i) {
-    cpu_relax();
-    if ((i & 15) == 15 && std::chrono::steady_clock::now() >= until) return;
-  }
+  poll_for(poll_budget_ns(), [&] { return e.issued.load(std::memory_order_acquire) != seen; });
 }
 
 }  // namespace

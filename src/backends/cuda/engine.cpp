@@ -1,15 +1,11 @@
 // The engine's shared state: the stream, the events, ordering against other CUDA devices, and
 // the wait that polls before it sleeps.
 #include "backends/cuda/engine.hpp"
-#include "core/spin.hpp"
 
-#include <chrono>
 #include <cstdlib>
 
 namespace rig::backends::cuda {
 namespace {
-
-using rig::detail::cpu_relax;
 
 // Events rig makes: no timing (cheaper to record), and a blocking wait that sleeps instead of
 // spinning, which is what the completion thread falls back to after its poll.
@@ -85,18 +81,11 @@ std::uint64_t poll_budget_ns() {
 }
 
 Outcome wait_event(Engine& e, CUevent event) {
-  const std::uint64_t budget = poll_budget_ns();
-  if (budget != 0) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget);
-    for (unsigned i = 0;; ++i) {
-      const CUresult r = e.api.cuEventQuery.fn(event);
-      if (r == CUDA_SUCCESS) return {};
-      if (r != CUDA_ERROR_NOT_READY) {
-        return Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuEventQuery.name, r)};
-      }
-      cpu_relax();
-      if ((i & 15) == 15 && std::chrono::steady_clock::now() >= until) break;
-    }
+  CUresult r = CUDA_ERROR_NOT_READY;
+  if (poll_for(poll_budget_ns(),
+               [&] { return (r = e.api.cuEventQuery.fn(event)) != CUDA_ERROR_NOT_READY; })) {
+    if (r == CUDA_SUCCESS) return {};
+    return Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuEventQuery.name, r)};
   }
   return check(e.api, e.gpu.name, e.api.cuEventSynchronize, event);
 }

@@ -1,5 +1,13 @@
-// Finding the GPUs: primary contexts, arch, memory, peer access; the pinned host allocator.
+// Finding the GPUs: primary contexts, arch, memory, peer access; the pinned host allocator and its
+// cache of freed blocks.
 #include "backends/cuda/gpus.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <mutex>
+#include <new>
+#include <unordered_map>
 
 #include "backends/host/host.hpp"
 
@@ -11,7 +19,7 @@ namespace {
 const Gpu* pinning_gpu = nullptr;
 const Api* pinning_api = nullptr;
 
-void* pinned_allocate(std::size_t bytes) noexcept {
+void* pin(std::size_t bytes) noexcept {
   ContextScope scope(*pinning_api, pinning_gpu->context);
   void* p = nullptr;
   // Portable: usable by every context. Device-mapped: under unified addressing a kernel given a
@@ -21,9 +29,76 @@ void* pinned_allocate(std::size_t bytes) noexcept {
   return r == CUDA_SUCCESS ? p : nullptr;
 }
 
-void pinned_release(void* p) noexcept {
+void unpin(void* p) noexcept {
   ContextScope scope(*pinning_api, pinning_gpu->context);
   pinning_api->cuMemFreeHost.fn(p);
+}
+
+// Freed pinned blocks kept for reuse (gpus.hpp says why and how much). Owner: the process (never
+// destroyed, like the driver table: host buffers may be freed during static destruction).
+// Threads: any, under mu.
+struct PinnedCache {
+  static constexpr std::size_t classes =
+      std::bit_width(pinned_cache_block_bytes_max / pinned_cache_block_bytes_min);
+
+  std::mutex mu;
+  std::unordered_map<void*, std::size_t> class_of;  // every block of a class, in use or kept
+  std::array<std::vector<void*>, classes> kept;     // freed blocks by class, the latest last
+};
+
+PinnedCache& pinned_cache() {
+  static PinnedCache* const c = new PinnedCache();
+  return *c;
+}
+
+std::size_t class_bytes(std::size_t c) noexcept {
+  return pinned_cache_block_bytes_min << c;
+}
+
+void* pinned_allocate(std::size_t bytes) noexcept {
+  if (bytes > pinned_cache_block_bytes_max) return pin(bytes);
+  const std::size_t c = std::bit_width((std::max(bytes, pinned_cache_block_bytes_min) - 1) /
+                                       pinned_cache_block_bytes_min);
+  PinnedCache& cache = pinned_cache();
+  {
+    std::lock_guard lock(cache.mu);
+    if (!cache.kept[c].empty()) {
+      void* p = cache.kept[c].back();
+      cache.kept[c].pop_back();
+      return p;
+    }
+  }
+  void* p = pin(class_bytes(c));  // not under the lock: pinning is the slow part
+  if (p == nullptr) return nullptr;
+  try {
+    std::lock_guard lock(cache.mu);
+    cache.class_of.emplace(p, c);
+  } catch (const std::bad_alloc&) {
+    unpin(p);
+    return nullptr;
+  }
+  return p;
+}
+
+void pinned_release(void* p) noexcept {
+  PinnedCache& cache = pinned_cache();
+  {
+    std::lock_guard lock(cache.mu);
+    const auto it = cache.class_of.find(p);
+    if (it != cache.class_of.end()) {
+      auto& kept = cache.kept[it->second];
+      if ((kept.size() + 1) * class_bytes(it->second) <= pinned_cache_class_bytes_max) {
+        try {
+          kept.push_back(p);
+          return;
+        } catch (const std::bad_alloc&) {
+          // No room to remember it: it goes back to the driver like any block beyond the limit.
+        }
+      }
+      cache.class_of.erase(it);
+    }
+  }
+  unpin(p);
 }
 
 Result<Gpus> find_gpus(const Api& api) {

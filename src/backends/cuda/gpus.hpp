@@ -2,6 +2,7 @@
 // each with its primary context retained and peer access enabled between those that allow it.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,17 @@ struct Gpus {
 // driver reports no GPU (CUDA_ERROR_NO_DEVICE is no error here). Installs the pinned host
 // allocator (host.hpp) once there is a GPU.
 const Result<const Gpus*>& gpus();
+
+// Pinning host memory costs far more than using it: on an H200 machine (a VM) cuMemHostAlloc of
+// 64 bytes took 0.5-1.4 ms and cuMemFreeHost 0.2-0.5 ms, more than ten times a small copy's whole
+// trip through an agent, which stages every copy from its controller in a new host buffer. So the
+// pinned allocator keeps freed blocks up to pinned_cache_block_bytes_max for reuse, in size classes
+// of powers of two from pinned_cache_block_bytes_min (a request takes the smallest class that
+// holds it), each class holding at most pinned_cache_class_bytes_max of them (worst case, 11
+// classes: 88 MiB kept pinned); a freed block beyond that, or larger, goes back to the driver.
+inline constexpr std::size_t pinned_cache_block_bytes_min = std::size_t{4} << 10;  // 4 KiB, a page
+inline constexpr std::size_t pinned_cache_block_bytes_max = std::size_t{4} << 20;  // 4 MiB
+inline constexpr std::size_t pinned_cache_class_bytes_max = std::size_t{8} << 20;  // 8 MiB
 
 // The SM number of an arch name: 90 for "sm_90" and "sm_90a"; 0 for anything else.
 int sm_of(const std::string& arch) noexcept;

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cuda/gpus.hpp"
 #include "backends/cuda/support.hpp"
 #include "core/device.hpp"
 #include "rig/cuda.hpp"
@@ -128,6 +129,64 @@ TEST_CASE("copies both ways, every byte: pinned memory by DMA, pageable memory s
     CHECK(fake.calls("cuMemcpyHtoDAsync") - h2d_staged == chunks);
     CHECK(fake.calls("cuMemcpyDtoHAsync") - d2h_staged == chunks);
   }
+}
+
+TEST_CASE("host buffers reuse freed pinned memory, up to each size class's limit") {
+  using rig::backends::cuda::pinned_cache_block_bytes_max;
+  using rig::backends::cuda::pinned_cache_class_bytes_max;
+  fresh_start();
+  const rig::Device d = gpus()[0];
+  const Fake& fake = Fake::get();
+  {
+    // Two blocks of the smallest class, freed and kept.
+    const rig::Buffer a = rig::Buffer::make(rig::host(), 64);
+    const rig::Buffer b = rig::Buffer::make(rig::host(), 64);
+  }
+  // Every size up to a page takes a kept block: nothing is pinned anew, and the blocks are still
+  // pinned memory, which a copy moves by one DMA each way.
+  const int pinned_before = fake.calls("cuMemHostAlloc");
+  for (std::size_t n = 1; n <= 4096; n += 195) {
+    CAPTURE(n);
+    const rig::Buffer src = rig::Buffer::make(rig::host(), n);
+    const rig::Buffer dst = rig::Buffer::make(rig::host(), n);
+    const auto in = rig::test::pattern(n, static_cast<std::uint32_t>(n));
+    std::memcpy(src.access().data(), in.data(), n);
+    const rig::Buffer dev = rig::Buffer::make(d, n);
+    const int h2d_before = fake.calls("cuMemcpyHtoDAsync");
+    const int d2h_before = fake.calls("cuMemcpyDtoHAsync");
+    rig::copy(dev, src);
+    rig::copy(dst, dev).wait();
+    CHECK(fake.calls("cuMemcpyHtoDAsync") - h2d_before == 1);
+    CHECK(fake.calls("cuMemcpyDtoHAsync") - d2h_before == 1);
+    CHECK(std::memcmp(dst.access().data(), in.data(), n) == 0);
+    // The completion thread lets a work's buffers go after it publishes the work's value; once the
+    // next work is published, `dst` is ours alone, so that it is kept as we let it go.
+    const rig::Buffer spare = rig::Buffer::make(d, n);
+    rig::copy(spare, dev).wait();
+  }
+  CHECK(fake.calls("cuMemHostAlloc") == pinned_before);
+
+  // The largest class keeps no more than its limit: of one block over it, freed, one is pinned
+  // anew when as many are made again.
+  const std::size_t kept_max = pinned_cache_class_bytes_max / pinned_cache_block_bytes_max;
+  std::vector<rig::Buffer> held;
+  for (std::size_t i = 0; i <= kept_max; ++i) {
+    held.push_back(rig::Buffer::make(rig::host(), pinned_cache_block_bytes_max));
+  }
+  held.clear();
+  const int largest_before = fake.calls("cuMemHostAlloc");
+  for (std::size_t i = 0; i <= kept_max; ++i) {
+    held.push_back(rig::Buffer::make(rig::host(), pinned_cache_block_bytes_max));
+  }
+  held.clear();
+  CHECK(fake.calls("cuMemHostAlloc") - largest_before == 1);
+
+  // Larger than the largest class: pinned anew each time, and let go of when freed.
+  const int larger_before = fake.calls("cuMemHostAlloc");
+  for (int i = 0; i < 2; ++i) {
+    const rig::Buffer b = rig::Buffer::make(rig::host(), pinned_cache_block_bytes_max + 1);
+  }
+  CHECK(fake.calls("cuMemHostAlloc") - larger_before == 2);
 }
 
 TEST_CASE("copies at offsets, within a device and between peers") {
