@@ -145,7 +145,13 @@ Buffer StagingCache::take(std::size_t bytes) {
 }
 
 void StagingCache::give_back(Buffer b) {
-  if (cached_bytes_ + b.size() > staging_cache_bytes_max) return;  // freed as it goes
+  if (b.size() > staging_cache_bytes_max) return;  // freed as it goes
+  // The buffer just used is the likeliest to serve the next copy (a stream of copies of one size):
+  // smaller kept ones make room for it, smallest first, as they are the cheapest to make again.
+  while (cached_bytes_ + b.size() > staging_cache_bytes_max) {
+    cached_bytes_ -= free_.begin()->first;
+    free_.erase(free_.begin());
+  }
   cached_bytes_ += b.size();
   free_.emplace(b.size(), std::move(b));
 }

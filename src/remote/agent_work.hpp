@@ -43,6 +43,7 @@ class StagingCache {
   // `b` is no longer used by any work or write: kept if there is room.
   void give_back(Buffer b);
   void clear();
+  std::size_t kept_bytes() const noexcept { return cached_bytes_; }
 
  private:
   std::multimap<std::size_t, Buffer> free_;  // by size

@@ -26,3 +26,17 @@ TEST_CASE("a staging buffer given back serves the next copy of up to its size, d
   cache.clear();
   CHECK(cache.take(1000).access().data() != nullptr);
 }
+
+TEST_CASE("a buffer given back makes room for itself up to the cache's limit, smaller ones going") {
+  StagingCache cache;
+  constexpr std::size_t big = rig::remote::staging_cache_bytes_max / 2 + 1;  // two do not fit
+  rig::Buffer a = cache.take(big), b = cache.take(big), small = cache.take(4096);
+  std::byte* const at_b = b.access().data();
+  cache.give_back(std::move(small));
+  cache.give_back(std::move(a));
+  CHECK(cache.kept_bytes() == big + 4096);
+  cache.give_back(std::move(b));  // a and the small one go to make room
+  CHECK(cache.kept_bytes() == big);
+  CHECK(cache.take(big).access().data() == at_b);
+  CHECK(cache.kept_bytes() == 0);
+}
