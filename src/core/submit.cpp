@@ -1,7 +1,6 @@
 // Submissions: validation, ordering by memory, and the hand-off to the device's driver.
 #include <algorithm>
 #include <stdexcept>
-#include <string_view>
 
 #include "core/device.hpp"
 #include "core/limits.hpp"
@@ -31,13 +30,15 @@ struct Use {
   bool writes;
 };
 
-// What a buffer is to its part ("the destination", "argument 3"). Its text is built only for an
-// error: a valid submission allocates nothing outside the block pool (core/pool.hpp).
+// What a buffer is to its part: a copy's "destination" or "source", or a run's argument N. Its
+// text is built only for an error: a valid submission allocates nothing outside the block pool
+// (core/pool.hpp).
 struct Role {
-  const char* what;
-  std::size_t argument = 0;  // for what == "argument"
+  static constexpr std::size_t copy_side = static_cast<std::size_t>(-1);
+  const char* side;  // for a copy
+  std::size_t argument = copy_side;
   std::string text() const {
-    return std::string_view(what) == "argument" ? "argument " + std::to_string(argument) : what;
+    return argument == copy_side ? side : "argument " + std::to_string(argument);
   }
 };
 
@@ -108,7 +109,7 @@ detail::RunWork validate_run(DeviceCore& d, const Run& r, std::size_t part,
       continue;
     }
     const auto& mem = std::get<Arg::Mem>(r.args[i].value);
-    const Role role{"argument", i};
+    const Role role{nullptr, i};
     BufferCore& b = usable_buffer(mem.buffer, role, part);
     if (mem.offset > b.size()) {
       misuse(where() + role.text() + ": offset " + std::to_string(mem.offset) +

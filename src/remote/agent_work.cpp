@@ -354,7 +354,7 @@ void AgentWork::load(const Load& m, Op& op) {
 void AgentWork::submit(const Submit& m, Op& op) {
   Device* d = device(m.device, "SUBMIT");
   if (d == nullptr) return;
-  Running run{*d, 0, m.device, m.value, {}, {}, {}};
+  Running run{*d, 0, m.device, m.value, {}, {}};
   std::vector<Part> parts;
   parts.reserve(m.parts.size());
   std::size_t staged = 0;
@@ -377,12 +377,11 @@ void AgentWork::submit(const Submit& m, Op& op) {
       }
       if (p.dst == 0) {
         try {
-          run.copies_back.push_back(staging_->take(p.bytes));
-          run.back_bytes.push_back(p.bytes);
+          run.copies_back.emplace_back(staging_->take(p.bytes), p.bytes);
         } catch (const std::exception& e) {
           return fail(std::string("cannot stage a copy to the controller: ") + e.what());
         }
-        c.dst = run.copies_back.back();
+        c.dst = run.copies_back.back().first;
       } else {
         Buffer* b = memory(p.dst, "SUBMIT");
         if (b == nullptr) return;
@@ -493,14 +492,13 @@ void AgentWork::finish_running() {
     Bytes owned;
     rig::detail::PoolVector<Connection::Piece> pieces;
     auto back = std::move(run.copies_back);
-    for (std::size_t i = 0; i < back.size(); ++i) {
-      const auto bytes = back[i].access();
+    for (const auto& [buffer, bytes] : back) {
       add_bulk_frames(owned, pieces, Data::type,
-                      {reinterpret_cast<const std::uint8_t*>(bytes.data()), run.back_bytes[i]});
+                      {reinterpret_cast<const std::uint8_t*>(buffer.access().data()), bytes});
     }
     controller_->send_pieces(std::move(owned), pieces,
                              [staging = staging_, back = std::move(back)]() mutable {
-                               for (Buffer& b : back) staging->give_back(std::move(b));
+                               for (auto& b : back) staging->give_back(std::move(b.first));
                              });
   }
   for (Buffer& b : run.staged) staging_->give_back(std::move(b));

@@ -99,9 +99,10 @@ class AgentWork {
     std::uint64_t local_value = 0;
     std::uint32_t device_id = 0;
     std::uint64_t value = 0;
-    std::vector<Buffer> copies_back;      // staged bytes for the controller's memory, in order
-    std::vector<std::size_t> back_bytes;  // how many of each go back (a kept buffer may be larger)
-    std::vector<Buffer> staged;           // the controller's bytes this work copies from
+    // Staged bytes for the controller's memory, in order, and how many of each go back (a kept
+    // staging buffer may be larger than its copy).
+    std::vector<std::pair<Buffer, std::size_t>> copies_back;
+    std::vector<Buffer> staged;  // the controller's bytes this work copies from
   };
 
   void pump();

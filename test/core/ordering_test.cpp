@@ -107,6 +107,14 @@ TEST_CASE(
 
   CHECK_THROWS_WITH_AS(rig::submit(sim, rig::Run{image, "nope", {}, {}}),
                        "rig: part 0: the program has no entry point 'nope'", std::invalid_argument);
+  // A buffer argument's errors name it by its position.
+  CHECK_THROWS_WITH_AS(
+      rig::submit(sim, rig::Run{image, "shape", {}, {rig::Arg::word(1), rig::Arg::out(out, 29)}}),
+      "rig: part 0: argument 1: offset 29 is past the end of its buffer of 28 bytes",
+      std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      rig::submit(sim, rig::Run{image, "shape", {}, {rig::Arg::out(rig::Buffer())}}),
+      "rig: part 0: the argument 0 buffer is empty", std::invalid_argument);
   CHECK_THROWS_WITH_AS(
       rig::submit(rig::host(), rig::Run{image, "shape", {}, {}}),
       ("rig: part 0: the image was loaded on " + sim.name() + ", not on CPU").c_str(),

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cuda/gpu_support.hpp"
 #include "backends/cuda/support.hpp"
 #include "rig/cuda.hpp"
 #include "rig/program.hpp"
@@ -26,7 +27,15 @@ using rig::test::Rigd;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = rig::test::GpuClock;
+using rig::test::fill;
+using rig::test::load_ok;
+using rig::test::median;
+using rig::test::ptx_only;
+using rig::test::same_as_fill;
+using rig::test::saxpy_and_check;
+using rig::test::saxpy_program;
+using rig::test::us_since;
 
 // A rigd serving the host and the GPUs of this machine, and this process's job on it, closed on
 // the way out of a test case that ends early (a process has one job at a time).
@@ -52,96 +61,6 @@ rig::Device remote_gpu(const rig::remote::Job& job) {
   auto d = rig::remote::devices(job.hosts().at(0), "CUDA");
   REQUIRE_MESSAGE(d.ok(), (d.ok() ? "" : d.error()));
   return d->front();
-}
-
-rig::Image load_ok(const rig::Device& d, const rig::Program& p) {
-  auto image = rig::load(d, p);
-  REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
-  return *image;
-}
-
-// A pattern of 64-bit words that depends on `seed` and the offset (fast enough for 1 GiB).
-void fill(std::byte* p, std::size_t n, std::uint64_t seed) {
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(p + i, &x, 8);
-  }
-  for (; i < n; ++i) p[i] = static_cast<std::byte>(seed + i);
-}
-
-bool same_as_fill(const std::byte* p, std::size_t n, std::uint64_t seed) {
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    if (std::memcmp(p + i, &x, 8) != 0) return false;
-  }
-  for (; i < n; ++i) {
-    if (p[i] != static_cast<std::byte>(seed + i)) return false;
-  }
-  return true;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-// saxpy from the rig-packed .cu on `d`, n elements, every one checked against the host's result.
-void saxpy_and_check(const rig::Device& d, const rig::Program& program, std::size_t n) {
-  std::vector<float> x(n), y(n), out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    x[i] = static_cast<float>(i % 1000) * 0.25f;
-    y[i] = 1.0f / static_cast<float>(i + 1);
-  }
-  const float a = 2.5f;
-  const rig::Image image = load_ok(d, program);
-  const rig::Buffer dx = rig::Buffer::make(d, n * 4);
-  const rig::Buffer dy = rig::Buffer::make(d, n * 4);
-  rig::copy(dx, rig::Buffer::borrow(x.data(), n * 4));
-  rig::copy(dy, rig::Buffer::borrow(y.data(), n * 4));
-  rig::submit(
-      d, rig::Run{image,
-                  "saxpy",
-                  rig::Shape::linear(static_cast<std::uint32_t>((n + 255) / 256), 256),
-                  {rig::Arg::word(n), rig::Arg::f32(a), rig::Arg::in(dx), rig::Arg::inout(dy)}});
-  rig::copy(rig::Buffer::borrow(out.data(), n * 4), dy).wait();
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float expect = a * x[i] + y[i];
-    if (std::memcmp(&expect, &out[i], 4) != 0) ++wrong;
-  }
-  CHECK(wrong == 0);
-}
-
-// The rig-packed saxpy.cu, or nothing where the build had no nvcc.
-std::optional<rig::Program> saxpy_program() {
-  const char* path = std::getenv("RIG_TEST_SAXPY_CU_RIG");
-  if (path == nullptr) return std::nullopt;
-  auto program = rig::Program::read(path);
-  REQUIRE_MESSAGE(program.ok(), (program.ok() ? "" : program.error()));
-  return *program;
-}
-
-// The PTX target of `p` alone, for a load that JIT-compiles it.
-rig::Program ptx_only(const rig::Program& p) {
-  std::vector<rig::TargetSpec> targets;
-  for (const rig::Target& t : p.targets()) {
-    if (t.format != rig::TargetFormat::cuda_ptx) continue;
-    targets.push_back({t.format, t.arch, {t.payload.begin(), t.payload.end()}});
-  }
-  REQUIRE(targets.size() == 1);
-  return rig::test::program_of(targets);
 }
 
 }  // namespace
@@ -368,12 +287,5 @@ TEST_CASE("through rigd: figures, each beside the local GPU's") {
 }
 
 int main(int argc, char** argv) {
-  auto g = rig::cuda::open();
-  if (!g.ok() || g->empty()) {
-    std::printf("skipped: no CUDA device here (%s)\n",
-                g.ok() ? "the driver reports no GPU" : g.error().c_str());
-    return 77;
-  }
-  doctest::Context context(argc, argv);
-  return context.run();
+  return rig::test::gpu_suite_main(argc, argv);
 }

@@ -15,6 +15,7 @@
 #include "rig/program.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
+#include "support/alarm.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/kernels.hpp"
 
@@ -474,33 +475,17 @@ TEST_CASE("submits from a signal handler that interrupts submits neither deadloc
   const auto r1 = rig::Buffer::make(sim, n), r2 = rig::Buffer::make(sim, n);
   alarm_device = &remote_host;
 
-  // SIGALRM every 50 us, to this thread only (a process-wide signal could land on any thread).
-  struct sigaction sa {};
-  sa.sa_handler = on_alarm;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  REQUIRE(sigaction(SIGALRM, &sa, nullptr) == 0);
-  sigevent ev{};
-  ev.sigev_notify = SIGEV_THREAD_ID;
-  ev.sigev_signo = SIGALRM;
-  ev._sigev_un._tid = gettid();
-  timer_t timer;
-  REQUIRE(timer_create(CLOCK_MONOTONIC, &ev, &timer) == 0);
-  itimerspec every{{0, 50'000}, {0, 50'000}};
-  REQUIRE(timer_settime(timer, 0, &every, nullptr) == 0);
   // Nothing here allocates outside rig's calls, where the handler may run: only rig's calls and
   // handles. Each round copies out, back, and out again; the last copy waits, holding the
   // submission lock, for the bytes of the copy back (a wait in which the handler runs).
-  constexpr int rounds = signal_rounds;
-  for (int i = 0; i < rounds; ++i) {
-    rig::copy(r1, src);
-    rig::copy(mid, r1);
-    rig::copy(r2, mid);
+  {
+    const rig::test::ThreadAlarm alarm(on_alarm, 50'000);
+    for (int i = 0; i < signal_rounds; ++i) {
+      rig::copy(r1, src);
+      rig::copy(mid, r1);
+      rig::copy(r2, mid);
+    }
   }
-  const itimerspec off{};
-  timer_settime(timer, 0, &off, nullptr);
-  timer_delete(timer);
-  signal(SIGALRM, SIG_DFL);
 
   rig::copy(rig::Buffer::borrow(out.data(), n), r2).wait();
   CHECK(out == in);

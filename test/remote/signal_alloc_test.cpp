@@ -18,6 +18,7 @@
 #include "rig/program.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
+#include "support/alarm.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/kernels.hpp"
 
@@ -184,37 +185,22 @@ TEST_CASE("a submit from a signal handler calls neither malloc nor free, whateve
   const auto main_mid = rig::Buffer::borrow(mid.data(), n);
   const auto r1 = rig::Buffer::make(w.sim, n), r2 = rig::Buffer::make(w.sim, n);
 
-  struct sigaction sa {};
-  sa.sa_handler = on_alarm;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  REQUIRE(sigaction(SIGALRM, &sa, nullptr) == 0);
-  sigevent ev{};
-  ev.sigev_notify = SIGEV_THREAD_ID;
-  ev.sigev_signo = SIGALRM;
-  ev._sigev_un._tid = gettid();
-  timer_t timer;
-  REQUIRE(timer_create(CLOCK_MONOTONIC, &ev, &timer) == 0);
-  const itimerspec every{{0, 50'000}, {0, 50'000}};
-  REQUIRE(timer_settime(timer, 0, &every, nullptr) == 0);
-
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   std::size_t churned = 0;
-  while (std::chrono::steady_clock::now() < until || alarms.load() < 2000) {
-    rig::copy(r1, main_src);
-    rig::copy(main_mid, r1);
-    rig::copy(r2, main_mid);
-    for (int i = 0; i < 64; ++i) {
-      auto* p = static_cast<volatile std::uint8_t*>(std::malloc(16 + (i * 37) % 4000));
-      p[0] = static_cast<std::uint8_t>(i);
-      churned += p[0];
-      std::free(const_cast<std::uint8_t*>(p));
+  {
+    const rig::test::ThreadAlarm alarm(on_alarm, 50'000);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (std::chrono::steady_clock::now() < until || alarms.load() < 2000) {
+      rig::copy(r1, main_src);
+      rig::copy(main_mid, r1);
+      rig::copy(r2, main_mid);
+      for (int i = 0; i < 64; ++i) {
+        auto* p = static_cast<volatile std::uint8_t*>(std::malloc(16 + (i * 37) % 4000));
+        p[0] = static_cast<std::uint8_t>(i);
+        churned += p[0];
+        std::free(const_cast<std::uint8_t*>(p));
+      }
     }
   }
-  const itimerspec off{};
-  timer_settime(timer, 0, &off, nullptr);
-  timer_delete(timer);
-  signal(SIGALRM, SIG_DFL);
   work = nullptr;
 
   MESSAGE(alarms.load() << " alarms: " << submitted.load() << " submitted, " << refused.load()

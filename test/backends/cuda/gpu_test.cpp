@@ -15,6 +15,7 @@
 
 #include "backends/cuda/api.hpp"
 #include "backends/cuda/engine.hpp"
+#include "backends/cuda/gpu_support.hpp"
 #include "backends/cuda/gpus.hpp"
 #include "backends/cuda/support.hpp"
 #include "core/device.hpp"
@@ -25,54 +26,15 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = rig::test::GpuClock;
+using rig::test::fill;
+using rig::test::load_ok;
+using rig::test::median;
+using rig::test::same_as_fill;
+using rig::test::us_since;
 
 rig::Device gpu() {
   return rig::cuda::open()->front();
-}
-
-rig::Image load_ok(const rig::Device& d, const rig::Program& p) {
-  auto image = rig::load(d, p);
-  REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
-  return *image;
-}
-
-// Fills `p` with a pattern of 64-bit words that depends on `seed` and the offset (fast enough for
-// 1 GiB), and checks it.
-void fill(std::byte* p, std::size_t n, std::uint64_t seed) {
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(p + i, &x, 8);
-  }
-  for (; i < n; ++i) p[i] = static_cast<std::byte>(seed + i);
-}
-
-bool same_as_fill(const std::byte* p, std::size_t n, std::uint64_t seed) {
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    if (std::memcmp(p + i, &x, 8) != 0) return false;
-  }
-  for (; i < n; ++i) {
-    if (p[i] != static_cast<std::byte>(seed + i)) return false;
-  }
-  return true;
-}
-
-double median_us(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
 
 }  // namespace
@@ -113,47 +75,15 @@ TEST_CASE("GPU: copies of 1 B to 1 GiB, both ways, pinned and pageable, every by
 }
 
 TEST_CASE("GPU: saxpy from a rig-packed .cu, cubin and PTX, every element") {
-  const char* path = std::getenv("RIG_TEST_SAXPY_CU_RIG");
-  if (path == nullptr) {
+  const auto program = rig::test::saxpy_program();
+  if (!program) {
     MESSAGE("skipped: RIG_TEST_SAXPY_CU_RIG is not set (the build had no nvcc)");
     return;
   }
-  auto program = rig::Program::read(path);
-  REQUIRE_MESSAGE(program.ok(), (program.ok() ? "" : program.error()));
-  const rig::Device d = gpu();
   // The packed program as it is (the cubin for this GPU if it has one), and its PTX alone (JIT).
-  std::vector<rig::TargetSpec> ptx_only;
-  for (const rig::Target& t : program->targets()) {
-    if (t.format != rig::TargetFormat::cuda_ptx) continue;
-    ptx_only.push_back({t.format, t.arch, {t.payload.begin(), t.payload.end()}});
-  }
-  REQUIRE(ptx_only.size() == 1);
   const std::size_t n = (std::size_t{1} << 24) + 5;
-  std::vector<float> x(n), y(n), out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    x[i] = static_cast<float>(i % 1000) * 0.25f;
-    y[i] = 1.0f / static_cast<float>(i + 1);
-  }
-  const float a = 2.5f;
-  for (const rig::Program& p : {*program, rig::test::program_of(ptx_only)}) {
-    const rig::Image image = load_ok(d, p);
-    const rig::Buffer dx = rig::Buffer::make(d, n * 4);
-    const rig::Buffer dy = rig::Buffer::make(d, n * 4);
-    rig::copy(dx, rig::Buffer::borrow(x.data(), n * 4));
-    rig::copy(dy, rig::Buffer::borrow(y.data(), n * 4));
-    rig::submit(
-        d, rig::Run{image,
-                    "saxpy",
-                    rig::Shape::linear(static_cast<std::uint32_t>((n + 255) / 256), 256),
-                    {rig::Arg::word(n), rig::Arg::f32(a), rig::Arg::in(dx), rig::Arg::inout(dy)}});
-    rig::copy(rig::Buffer::borrow(out.data(), n * 4), dy).wait();
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const float expect = a * x[i] + y[i];
-      if (std::memcmp(&expect, &out[i], 4) != 0) ++wrong;
-    }
-    CHECK(wrong == 0);
-  }
+  rig::test::saxpy_and_check(gpu(), *program, n);
+  rig::test::saxpy_and_check(gpu(), rig::test::ptx_only(*program), n);
 }
 
 TEST_CASE("GPU: ordering between copies and runs, across devices, with no waits between") {
@@ -234,7 +164,7 @@ TEST_CASE("GPU: figures") {
       d.wait(rig::submit(d, part));
       t.push_back(us_since(t0));
     }
-    std::printf("  %-44s %8.1f us median\n", what, median_us(t));
+    std::printf("  %-44s %8.1f us median\n", what, median(t));
   };
   latency("64 B copy to the GPU, pinned", rig::Part{rig::Copy{dev, 0, pinned, 0, 64}});
   latency("64 B copy from the GPU, pinned", rig::Part{rig::Copy{pinned, 0, dev, 0, 64}});
@@ -271,7 +201,7 @@ TEST_CASE("GPU: figures") {
       t.push_back(us_since(t0));
     }
     std::printf("  %-44s %8.1f us median\n", "driver alone: 64 B pinned copy, event polled",
-                median_us(t));
+                median(t));
     t.clear();
     auto fn =
         reinterpret_cast<CUfunction>(const_cast<void*>(image.core()->module->find("fill_u32")));
@@ -285,8 +215,7 @@ TEST_CASE("GPU: figures") {
       }
       t.push_back(us_since(t0));
     }
-    std::printf("  %-44s %8.1f us median\n", "driver alone: tiny kernel, event polled",
-                median_us(t));
+    std::printf("  %-44s %8.1f us median\n", "driver alone: tiny kernel, event polled", median(t));
     const std::size_t big = std::size_t{256} << 20;
     CUdeviceptr dbig = 0;
     void* hbig = nullptr;
@@ -302,7 +231,7 @@ TEST_CASE("GPU: figures") {
     }
     std::printf("  %-44s %8.1f GB/s (256 MiB, median of 5)\n",
                 "driver alone: copy to the GPU, pinned",
-                static_cast<double>(big) / median_us(t) / 1e3);
+                static_cast<double>(big) / median(t) / 1e3);
     api.cuMemFreeHost.fn(hbig);
     api.cuMemFree.fn(dbig);
     api.cuMemFreeHost.fn(host);
@@ -326,7 +255,7 @@ TEST_CASE("GPU: figures") {
       t.push_back(us_since(t0));
     }
     std::printf("  %-44s %8.1f GB/s (256 MiB, median of 5)\n", what,
-                static_cast<double>(big) / median_us(t) / 1e3);
+                static_cast<double>(big) / median(t) / 1e3);
   };
   throughput("copy to the GPU, pinned", dbig, hbig);
   throughput("copy from the GPU, pinned", hbig, dbig);
@@ -335,12 +264,5 @@ TEST_CASE("GPU: figures") {
 }
 
 int main(int argc, char** argv) {
-  auto g = rig::cuda::open();
-  if (!g.ok() || g->empty()) {
-    std::printf("skipped: no CUDA device here (%s)\n",
-                g.ok() ? "the driver reports no GPU" : g.error().c_str());
-    return 77;
-  }
-  doctest::Context context(argc, argv);
-  return context.run();
+  return rig::test::gpu_suite_main(argc, argv);
 }
