@@ -26,7 +26,7 @@
 
 #include "clock.hpp"
 #include "process.hpp"
-#include "remote/key.hpp"
+#include "remote/trust/key.hpp"
 #include "report.hpp"
 #include "scale.hpp"
 #include "scenarios.hpp"

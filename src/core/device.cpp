@@ -2,8 +2,6 @@
 
 #include <stdexcept>
 
-#include "core/registry.hpp"
-
 namespace rig::detail {
 
 DeviceCore::~DeviceCore() {

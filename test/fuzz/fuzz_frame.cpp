@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "remote/codec.hpp"
-#include "remote/frame.hpp"
+#include "remote/wire/codec.hpp"
+#include "remote/wire/frame.hpp"
 
 using namespace rig::remote;
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <span>
 
-#include "remote/handshake.hpp"
+#include "remote/trust/handshake.hpp"
 
 using namespace rig::remote;
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "remote/agent.hpp"
+#include "remote/agent/agent.hpp"
 #include "rig/remote.hpp"
 
 int main(int argc, char** argv) {

@@ -22,11 +22,11 @@
 #include <thread>
 #include <vector>
 
-#include "remote/codec.hpp"
-#include "remote/frame.hpp"
-#include "remote/handshake.hpp"
-#include "remote/launch.hpp"
-#include "remote/runtime.hpp"
+#include "remote/controller/launch.hpp"
+#include "remote/job/process.hpp"
+#include "remote/trust/handshake.hpp"
+#include "remote/wire/codec.hpp"
+#include "remote/wire/frame.hpp"
 #include "rig/remote.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/wire_peer.hpp"

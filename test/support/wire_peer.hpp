@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "remote/codec.hpp"
-#include "remote/frame.hpp"
-#include "remote/handshake.hpp"
+#include "remote/trust/handshake.hpp"
+#include "remote/wire/codec.hpp"
+#include "remote/wire/frame.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
 #include "support/job_fixtures.hpp"

@@ -3,8 +3,8 @@
 #include <iostream>
 #include <string_view>
 
-#include "remote/key.hpp"
 #include "remote/limits.hpp"
+#include "remote/trust/key.hpp"
 
 namespace rig::tools {
 

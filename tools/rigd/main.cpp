@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "remote/agent.hpp"
-#include "remote/runtime.hpp"
+#include "remote/agent/agent.hpp"
+#include "remote/job/process.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
 

@@ -1,0 +1,532 @@
+#include "remote/agent/agent_work.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "remote/limits.hpp"
+#include "remote/wire/codec.hpp"
+#include "rig/program.hpp"
+
+namespace rig::remote {
+
+namespace {
+
+// How long the loop polls a device's timeline after giving it work, before it asks a helper
+// thread to sleep on it instead. Short work (a small copy, a tiny kernel) ends within the budget
+// and is reported without a thread wake-up, which costs tens of microseconds on small VMs; long
+// work costs the loop no more than this. RIG_AGENT_POLL_US overrides it (0: never poll), for the
+// benchmark's comparison of the two paths.
+constexpr std::int64_t completion_poll_us_default = 200;
+
+std::int64_t completion_poll_us() {
+  static const std::int64_t us = [] {
+    const char* v = std::getenv("RIG_AGENT_POLL_US");
+    if (v == nullptr || *v == '\0') return completion_poll_us_default;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    return (*end == '\0' && n >= 0 && n <= 1'000'000) ? static_cast<std::int64_t>(n)
+                                                      : completion_poll_us_default;
+  }();
+  return us;
+}
+
+std::int64_t now_us() {
+  return static_cast<std::int64_t>(uv_hrtime() / 1000);
+}
+
+std::string_view name_of(const Message& m) {
+  return std::visit([](const auto& x) { return x.name; }, m);
+}
+
+}  // namespace
+
+// The helper thread that sleeps on a device's timeline for the loop. Owner: shared by the agent's
+// work and the thread, which may outlive the job while a device's work runs on (it then only
+// returns). Threads: both, under `mu`.
+struct CompletionWaiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<std::pair<Device, std::uint64_t>> task;
+  bool quit = false;
+  uv_async_t* async = nullptr;
+
+  static void run(std::shared_ptr<CompletionWaiter> w) {
+    std::unique_lock lock(w->mu);
+    for (;;) {
+      w->cv.wait(lock, [&] { return w->quit || w->task.has_value(); });
+      if (w->quit) return;
+      auto [device, value] = std::move(*w->task);
+      w->task.reset();
+      lock.unlock();
+      try {
+        device.wait(value);
+      } catch (...) {
+        // Lost: the loop sees the loss when it looks.
+      }
+      device = Device();
+      lock.lock();
+      if (w->quit) return;
+      uv_async_send(w->async);
+    }
+  }
+};
+
+AgentWork::AgentWork(Reactor& reactor, const std::vector<std::pair<std::string, Opener>>& kinds,
+                     Fail fail)
+    : reactor_(reactor), kinds_(kinds), fail_(std::move(fail)) {
+  devices_[0] = rig::host();
+  uv_idle_init(reactor_.loop(), &idle_);
+  idle_.data = this;
+  uv_async_init(reactor_.loop(), &async_, on_async);
+  async_.data = this;
+}
+
+AgentWork::~AgentWork() {
+  if (waiter_) {
+    std::lock_guard lock(waiter_->mu);
+    waiter_->quit = true;
+    waiter_->cv.notify_all();
+  }
+}
+
+void AgentWork::shut() {
+  if (shut_) return;
+  shut_ = true;
+  running_.reset();
+  queue_.clear();
+  if (waiter_) {
+    // The thread must not touch the async handle once it is closing.
+    std::lock_guard lock(waiter_->mu);
+    waiter_->quit = true;
+    waiter_->cv.notify_all();
+  }
+  uv_close(reinterpret_cast<uv_handle_t*>(&idle_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+}
+
+void AgentWork::fail(const std::string& cause) {
+  if (shut_) return;
+  fail_(cause);
+}
+
+Device* AgentWork::device(std::uint32_t id, std::string_view message) {
+  auto it = devices_.find(id);
+  if (it != devices_.end()) return &it->second;
+  fail(std::string(message) + " names device " + std::to_string(id) +
+       ", which the job has not opened on this machine");
+  return nullptr;
+}
+
+Buffer* AgentWork::memory(std::uint64_t id, std::string_view message) {
+  auto it = memory_.find(id);
+  if (it != memory_.end()) return &it->second;
+  fail(std::string(message) + " names memory " + std::to_string(id) +
+       ", which the job does not hold on this machine");
+  return nullptr;
+}
+
+// ---- StagingCache
+
+Buffer StagingCache::take(std::size_t bytes) {
+  const auto it = free_.lower_bound(bytes);
+  if (it != free_.end() && it->first / 2 <= bytes) {
+    Buffer b = std::move(it->second);
+    cached_bytes_ -= it->first;
+    free_.erase(it);
+    return b;
+  }
+  return Buffer::make(rig::host(), bytes);
+}
+
+void StagingCache::give_back(Buffer b) {
+  if (b.size() > staging_cache_bytes_max) return;  // freed as it goes
+  // The buffer just used is the likeliest to serve the next copy (a stream of copies of one size):
+  // smaller kept ones make room for it, smallest first, as they are the cheapest to make again.
+  while (cached_bytes_ + b.size() > staging_cache_bytes_max) {
+    cached_bytes_ -= free_.begin()->first;
+    free_.erase(free_.begin());
+  }
+  cached_bytes_ += b.size();
+  free_.emplace(b.size(), std::move(b));
+}
+
+void StagingCache::clear() {
+  free_.clear();
+  cached_bytes_ = 0;
+}
+
+// ---- AgentWork
+
+void AgentWork::message(Message&& m) {
+  if (shut_) return;
+  if (receiving_) {
+    return fail("controller: malformed message: " + std::string(name_of(m)) +
+                " before the PAYLOAD bytes of the message before it");
+  }
+  Op op;
+  if (const auto* s = std::get_if<Submit>(&m)) {
+    // Copies from the controller's memory: their bytes follow as PAYLOAD, staged until the
+    // submission's turn (earlier work may still use the destination).
+    for (const WirePart& p : s->parts) {
+      if (p.kind != WirePart::copy || p.src != 0 || p.bytes == 0) continue;
+      try {
+        Buffer b = staging_->take(p.bytes);
+        op.fill.push_back(b.access().first(p.bytes));
+        op.staged.push_back(std::move(b));
+      } catch (const std::exception& e) {
+        return fail(std::string("cannot stage a copy from the controller: ") + e.what());
+      }
+    }
+  } else if (const auto* l = std::get_if<Load>(&m)) {
+    if (l->bytes > program_bytes_max) {
+      return fail("controller: malformed message: LOAD of " + std::to_string(l->bytes) +
+                  " bytes, over the maximum " + std::to_string(program_bytes_max));
+    }
+    try {
+      op.program.resize(l->bytes);
+    } catch (const std::bad_alloc&) {
+      return fail("cannot hold a program of " + std::to_string(l->bytes) + " bytes");
+    }
+    if (!op.program.empty()) op.fill.emplace_back(op.program.data(), op.program.size());
+  }
+  op.message = std::move(m);
+  receiving_ = !op.complete();
+  queue_.push_back(std::move(op));
+  pump();
+}
+
+std::span<std::uint8_t> AgentWork::payload_sink(std::size_t bytes) {
+  if (shut_ || !receiving_) return {};
+  Op& op = queue_.back();
+  if (op.complete()) return {};
+  const auto to = op.fill[op.fill_index];
+  if (to.size() - op.fill_done < bytes) return {};  // runs across copies: through payload()
+  return {reinterpret_cast<std::uint8_t*>(to.data()) + op.fill_done, bytes};
+}
+
+void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
+  if (shut_) return;
+  if (!receiving_) return fail("controller: malformed message: PAYLOAD where none was due");
+  Op& op = queue_.back();
+  while (bytes > 0) {
+    if (op.complete()) {
+      return fail("controller: malformed message: PAYLOAD beyond the bytes of its " +
+                  std::string(name_of(op.message)));
+    }
+    auto to = op.fill[op.fill_index];
+    const std::size_t n = std::min(bytes, to.size() - op.fill_done);
+    if (from != nullptr) {
+      std::memcpy(to.data() + op.fill_done, from, n);
+      from += n;
+    }
+    bytes -= n;
+    op.fill_done += n;
+    if (op.fill_done == to.size()) {
+      ++op.fill_index;
+      op.fill_done = 0;
+    }
+  }
+  if (op.complete()) {
+    receiving_ = false;
+    pump();
+  }
+}
+
+void AgentWork::pump() {
+  while (!shut_ && !running_ && !queue_.empty()) {
+    if (receiving_ && queue_.size() == 1) return;  // its bytes are still coming
+    Op op = std::move(queue_.front());
+    queue_.pop_front();
+    last_work_ms_ = reactor_.now_ms();
+    apply(op);
+  }
+}
+
+void AgentWork::apply(Op& op) {
+  Message& m = op.message;
+  if (const auto* s = std::get_if<Submit>(&m)) return submit(*s, op);
+  if (const auto* o = std::get_if<Open>(&m)) return open(*o);
+  if (const auto* k = std::get_if<Make>(&m)) return make(*k);
+  if (const auto* l = std::get_if<Load>(&m)) return load(*l, op);
+  if (const auto* f = std::get_if<Free>(&m)) {
+    if (memory(f->memory, "FREE") != nullptr) memory_.erase(f->memory);
+    return;
+  }
+  if (const auto* u = std::get_if<Unload>(&m)) {
+    if (images_.erase(u->image) == 0) {
+      fail("UNLOAD names program image " + std::to_string(u->image) +
+           ", which the job does not hold on this machine");
+    }
+    return;
+  }
+}
+
+void AgentWork::open(const Open& m) {
+  Opened answer;
+  if (auto known = opened_.find(m.kind); known != opened_.end()) {
+    for (std::uint32_t id : known->second) {
+      const Device& d = devices_[id];
+      answer.devices.push_back({id, d.name(), d.arch(), d.budget()});
+    }
+    controller_->send(answer);
+    return;
+  }
+  const Opener* opener = nullptr;
+  for (const auto& [kind, fn] : kinds_) {
+    if (kind == m.kind) opener = &fn;
+  }
+  if (opener == nullptr) {
+    answer.why = "serves no devices of kind " + m.kind;
+    controller_->send(answer);
+    return;
+  }
+  Result<std::vector<Device>> got = Error("");
+  try {
+    got = (*opener)();
+  } catch (const std::exception& e) {
+    return fail(e.what());  // an opener's exception is the job's root cause, as it reads
+  }
+  if (!got) {
+    answer.why = got.error();
+    controller_->send(answer);
+    return;
+  }
+  std::vector<std::uint32_t> ids;
+  for (const Device& d : *got) {
+    const std::uint32_t id = next_device_++;
+    devices_[id] = d;
+    ids.push_back(id);
+    answer.devices.push_back({id, d.name(), d.arch(), d.budget()});
+  }
+  // Reach between the new devices and every device the job holds here, both ways.
+  for (std::uint32_t id : ids) {
+    for (const auto& [other, d] : devices_) {
+      if (other == id) continue;
+      if (rig::reaches(devices_[id], d)) answer.reaches.push_back({id, other});
+      const bool other_is_new = std::find(ids.begin(), ids.end(), other) != ids.end();
+      if (!other_is_new && rig::reaches(d, devices_[id])) answer.reaches.push_back({other, id});
+    }
+  }
+  opened_[m.kind] = std::move(ids);
+  controller_->send(answer);
+}
+
+void AgentWork::make(const Make& m) {
+  Device* d = device(m.device, "MAKE");
+  if (d == nullptr) return;
+  try {
+    Buffer b = Buffer::make(*d, m.bytes);
+    const std::uint64_t id = next_memory_++;
+    memory_.emplace(id, std::move(b));
+    controller_->send(Made{id, ""});
+  } catch (const OutOfMemory& e) {
+    controller_->send(Made{0, clamp_reason(e.what())});
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}
+
+void AgentWork::load(const Load& m, Op& op) {
+  Device* d = device(m.device, "LOAD");
+  if (d == nullptr) return;
+  Loaded answer;
+  auto program = Program::parse(std::move(op.program));
+  if (!program) {
+    answer.why = clamp_reason(program.error());
+  } else {
+    auto image = rig::load(*d, *program);
+    if (!image) {
+      answer.why = clamp_reason(image.error());
+    } else {
+      answer.image = next_image_++;
+      images_.emplace(answer.image, std::move(*image));
+    }
+  }
+  controller_->send(answer);
+}
+
+void AgentWork::submit(const Submit& m, Op& op) {
+  Device* d = device(m.device, "SUBMIT");
+  if (d == nullptr) return;
+  Running run{*d, 0, m.device, m.value, {}, {}};
+  std::vector<Part> parts;
+  parts.reserve(m.parts.size());
+  std::size_t staged = 0;
+  for (const WirePart& p : m.parts) {
+    if (p.kind == WirePart::copy) {
+      if (p.bytes == 0) continue;  // checked by the controller, nothing to move
+      if (p.src == 0 && p.dst == 0) {
+        return fail(
+            "controller: malformed message: SUBMIT copies from the controller's memory to itself");
+      }
+      Copy c;
+      c.bytes = p.bytes;
+      if (p.src == 0) {
+        c.src = op.staged[staged++];
+      } else {
+        Buffer* b = memory(p.src, "SUBMIT");
+        if (b == nullptr) return;
+        c.src = *b;
+        c.src_offset = p.src_offset;
+      }
+      if (p.dst == 0) {
+        try {
+          run.copies_back.emplace_back(staging_->take(p.bytes), p.bytes);
+        } catch (const std::exception& e) {
+          return fail(std::string("cannot stage a copy to the controller: ") + e.what());
+        }
+        c.dst = run.copies_back.back().first;
+      } else {
+        Buffer* b = memory(p.dst, "SUBMIT");
+        if (b == nullptr) return;
+        c.dst = *b;
+        c.dst_offset = p.dst_offset;
+      }
+      parts.emplace_back(std::move(c));
+      continue;
+    }
+    if (p.kind != WirePart::run) {
+      return fail("controller: malformed message: SUBMIT part kind " + std::to_string(p.kind));
+    }
+    auto image = images_.find(p.image);
+    if (image == images_.end()) {
+      return fail("SUBMIT names program image " + std::to_string(p.image) +
+                  ", which the job does not hold on this machine");
+    }
+    Run r;
+    r.image = image->second;
+    r.entry.assign(p.entry.data(), p.entry.size());
+    for (int i = 0; i < 3; ++i) {
+      r.shape.grid[i] = p.shape[i];
+      r.shape.block[i] = p.shape[3 + i];
+    }
+    for (const WireArg& a : p.args) {
+      if (a.memory == 0) {
+        r.args.push_back(Arg::word(a.word));
+        continue;
+      }
+      if (a.access > static_cast<std::uint8_t>(Access::read_write)) {
+        return fail("controller: malformed message: SUBMIT argument access " +
+                    std::to_string(a.access));
+      }
+      Buffer* b = memory(a.memory, "SUBMIT");
+      if (b == nullptr) return;
+      r.args.push_back(Arg{Arg::Mem{*b, static_cast<Access>(a.access), a.offset}});
+    }
+    parts.emplace_back(std::move(r));
+  }
+  if (parts.empty()) {
+    // Nothing to run: every earlier message's work is done, so the value is reached now.
+    controller_->send(Reached{m.device, m.value});
+    return;
+  }
+  try {
+    run.local_value = rig::submit(*d, parts);
+  } catch (const std::exception& e) {
+    return fail(e.what());  // refused by this machine's rig, out of memory, or a lost device
+  }
+  run.staged = std::move(op.staged);
+  running_ = std::move(run);
+  check_running();
+  if (running_) watch();
+}
+
+void AgentWork::watch() {
+  poll_since_us_ = now_us();
+  if (completion_poll_us() > 0) {
+    uv_idle_start(&idle_, on_idle);
+    return;
+  }
+  on_idle(&idle_);
+}
+
+void AgentWork::on_idle(uv_idle_t* idle) {
+  auto* self = static_cast<AgentWork*>(idle->data);
+  self->check_running();
+  if (!self->running_) {
+    uv_idle_stop(idle);
+    return;
+  }
+  if (now_us() - self->poll_since_us_ < completion_poll_us()) {
+    // The thread that publishes the work's end (a device's completion thread or worker) may share
+    // this core, as in an agent confined to one CPU: let it run before polling again. With nothing
+    // else to run, this returns at once.
+    sched_yield();
+    return;
+  }
+  // Long work: stop polling and let a thread sleep on the timeline and wake the loop.
+  uv_idle_stop(idle);
+  if (!self->waiter_) {
+    self->waiter_ = std::make_shared<CompletionWaiter>();
+    self->waiter_->async = &self->async_;
+    std::thread(CompletionWaiter::run, self->waiter_).detach();
+  }
+  std::lock_guard lock(self->waiter_->mu);
+  self->waiter_->task.emplace(self->running_->device, self->running_->local_value);
+  self->waiter_->cv.notify_all();
+}
+
+void AgentWork::on_async(uv_async_t* async) {
+  static_cast<AgentWork*>(async->data)->check_running();
+}
+
+void AgentWork::check_running() {
+  if (!running_ || shut_) return;
+  if (auto why = rig::failure(running_->device)) return fail(*why);
+  if (running_->device.reached() >= running_->local_value) finish_running();
+}
+
+void AgentWork::finish_running() {
+  Running run = std::move(*running_);
+  running_.reset();
+  uv_idle_stop(&idle_);
+  if (!run.copies_back.empty()) {
+    // The bytes for the controller's memory go first, each copy's in DATA frames, straight from
+    // the staging buffers, which the write holds until it is done.
+    Bytes owned;
+    rig::detail::PoolVector<Connection::Piece> pieces;
+    auto back = std::move(run.copies_back);
+    for (const auto& [buffer, bytes] : back) {
+      add_bulk_frames(owned, pieces, Data::type,
+                      {reinterpret_cast<const std::uint8_t*>(buffer.access().data()), bytes});
+    }
+    controller_->send_pieces(std::move(owned), pieces,
+                             [staging = staging_, back = std::move(back)]() mutable {
+                               for (auto& b : back) staging->give_back(std::move(b.first));
+                             });
+  }
+  for (Buffer& b : run.staged) staging_->give_back(std::move(b));
+  controller_->send(Reached{run.device_id, run.value});
+  pump();
+}
+
+void AgentWork::tick() {
+  if (shut_) return;
+  if (!running_ && queue_.empty() && reactor_.now_ms() - last_work_ms_ >= staging_idle_release_ms) {
+    staging_->clear();
+  }
+  for (const auto& [id, d] : devices_) {
+    if (auto why = rig::failure(d)) return fail(*why);
+  }
+}
+
+void AgentWork::close() {
+  running_.reset();
+  staging_->clear();
+  queue_.clear();
+  memory_.clear();
+  images_.clear();
+  for (auto& [id, d] : devices_) {
+    if (id != 0 && !rig::failure(d)) rig::close(d);
+  }
+  devices_.clear();
+  opened_.clear();
+}
+
+}  // namespace rig::remote

@@ -1,0 +1,149 @@
+// The agent's side of a job's work: the controller's messages applied one after another through
+// this process's rig, on the agent's own devices, and the answers sent back in order.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "remote/io/connection.hpp"
+#include "remote/io/reactor.hpp"
+#include "remote/wire/messages.hpp"
+#include "rig/remote.hpp"
+#include "rig/rig.hpp"
+
+namespace rig::remote {
+
+struct CompletionWaiter;
+
+// Owner: the agent's job (AgentJob), on serve's stack. Threads: the loop thread (serve's caller),
+// but for a helper thread that sleeps on a device's timeline when polling has not seen the work
+// done, and wakes the loop. Lifetime: the job's; shut() closes its handles before the loop ends.
+//
+// Every message applies after the work of the one before it is done (the order the controller
+// relies on: work sent to a machine follows all work sent to it before). Messages that arrive
+// meanwhile wait in order; bulk bytes are staged in this process's memory as they arrive.
+// Host memory that bulk bytes pass through between the connection and a device, kept for the
+// next copies (see staging_cache_bytes_max). Owner: AgentWork, shared with the writes that still
+// send from its buffers. Threads: the loop. Lifetime: the job's, or its last such write's.
+class StagingCache {
+ public:
+  // A buffer of at least `bytes`: a kept one no more than twice as large (so that a small copy
+  // does not hold a large buffer), or a new one. Raises what Buffer::make raises.
+  Buffer take(std::size_t bytes);
+  // `b` is no longer used by any work or write: kept if there is room.
+  void give_back(Buffer b);
+  void clear();
+  std::size_t kept_bytes() const noexcept { return cached_bytes_; }
+
+ private:
+  std::multimap<std::size_t, Buffer> free_;  // by size
+  std::size_t cached_bytes_ = 0;
+};
+
+class AgentWork {
+ public:
+  using Fail = std::function<void(const std::string& cause)>;
+
+  AgentWork(Reactor& reactor, const std::vector<std::pair<std::string, Opener>>& kinds, Fail fail);
+  ~AgentWork();
+  AgentWork(const AgentWork&) = delete;
+  AgentWork& operator=(const AgentWork&) = delete;
+
+  // Where answers go: the controller's connection, once it has proven the key.
+  void set_controller(Connection* c) { controller_ = c; }
+
+  // A message of the controller's work (OPEN, MAKE, FREE, LOAD, UNLOAD, SUBMIT).
+  void message(Message&& m);
+  // PAYLOAD bytes: the program of a LOAD, or the bytes of a SUBMIT's copies from the controller.
+  // `bytes` of them at `from`, or, with `from` null, placed already where payload_sink said.
+  void payload(std::size_t bytes, const std::uint8_t* from);
+  // Where the next `bytes` PAYLOAD bytes go, if they go to one place (else empty).
+  std::span<std::uint8_t> payload_sink(std::size_t bytes);
+  // Notices a device of the job lost other than by a close (called on every tick).
+  void tick();
+  // The controller closed the job: lets go of its memory and programs and closes its devices.
+  void close();
+  // The job failed or ended: nothing more is applied or sent, and the loop handles close.
+  void shut();
+
+  static bool handles(const Message& m) {
+    return std::holds_alternative<Open>(m) || std::holds_alternative<Make>(m) ||
+           std::holds_alternative<Free>(m) || std::holds_alternative<Load>(m) ||
+           std::holds_alternative<Unload>(m) || std::holds_alternative<Submit>(m);
+  }
+
+ private:
+  // A message waiting its turn, with the bytes staged for it.
+  struct Op {
+    Message message;
+    std::vector<Buffer> staged;              // a SUBMIT's copies from the controller, in part order
+    std::vector<std::span<std::byte>> fill;  // where PAYLOAD bytes go, in order
+    std::vector<std::byte> program;          // a LOAD's program
+    std::size_t fill_index = 0;
+    std::size_t fill_done = 0;
+    bool complete() const { return fill_index == fill.size(); }
+  };
+  // The submission whose work runs now.
+  struct Running {
+    Device device;
+    std::uint64_t local_value = 0;
+    std::uint32_t device_id = 0;
+    std::uint64_t value = 0;
+    // Staged bytes for the controller's memory, in order, and how many of each go back (a kept
+    // staging buffer may be larger than its copy).
+    std::vector<std::pair<Buffer, std::size_t>> copies_back;
+    std::vector<Buffer> staged;  // the controller's bytes this work copies from
+  };
+
+  void pump();
+  void apply(Op& op);
+  void open(const Open& m);
+  void make(const Make& m);
+  void load(const Load& m, Op& op);
+  void submit(const Submit& m, Op& op);
+  void watch();
+  void check_running();
+  void finish_running();
+  void fail(const std::string& cause);
+  Device* device(std::uint32_t id, std::string_view message);
+  Buffer* memory(std::uint64_t id, std::string_view message);
+
+  static void on_idle(uv_idle_t* idle);
+  static void on_async(uv_async_t* async);
+
+  Reactor& reactor_;
+  const std::vector<std::pair<std::string, Opener>>& kinds_;
+  Fail fail_;
+  Connection* controller_ = nullptr;
+  bool shut_ = false;
+  bool receiving_ = false;  // the last queued op still takes PAYLOAD bytes
+  std::deque<Op> queue_;
+  std::optional<Running> running_;
+  std::int64_t poll_since_us_ = 0;
+  std::int64_t last_work_ms_ = 0;  // when a message was last applied (the staging cache's idle)
+  std::shared_ptr<StagingCache> staging_ = std::make_shared<StagingCache>();
+
+  std::map<std::uint32_t, Device> devices_;                   // 0: this machine's host
+  std::map<std::string, std::vector<std::uint32_t>> opened_;  // kind -> ids, in the agent's order
+  std::map<std::uint64_t, Buffer> memory_;
+  std::map<std::uint64_t, Image> images_;
+  std::uint32_t next_device_ = 1;
+  std::uint64_t next_memory_ = 1;
+  std::uint64_t next_image_ = 1;
+
+  uv_idle_t idle_{};
+  uv_async_t async_{};
+  std::shared_ptr<CompletionWaiter> waiter_;
+};
+
+}  // namespace rig::remote

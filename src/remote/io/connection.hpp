@@ -1,0 +1,195 @@
+// One TCP connection between two processes of a job: the handshake, framing, heartbeats and
+// deadlines, the write queue, and the orderly or failed ending (abort, half-close, drain, close).
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "remote/io/liveness.hpp"
+#include "remote/io/reactor.hpp"
+#include "remote/io/timing.hpp"
+#include "remote/trust/handshake.hpp"
+#include "remote/wire/frame.hpp"
+#include "remote/wire/messages.hpp"
+#include "remote/wire/wire.hpp"
+
+namespace rig::remote {
+
+class Connection;
+
+// What a connection reports to the job it belongs to. Every call comes on the loop thread from
+// inside a libuv callback; none may throw.
+class ConnectionOwner {
+ public:
+  virtual ~ConnectionOwner() = default;
+  // The handshake proved the key both ways; peer() says who is there. A listener's connection
+  // calls admit() first, for the agent's decision on the job.
+  virtual std::optional<JobId> serving_job(Connection&) noexcept { return std::nullopt; }
+  virtual void on_proven(Connection& c) noexcept = 0;
+  // A message after the handshake, while the connection is open.
+  virtual void on_message(Connection& c, Message&& m) noexcept = 0;
+  // A PAYLOAD or DATA frame's bytes, borrowed from the connection until the call returns.
+  virtual void on_bulk(Connection& c, std::uint8_t type,
+                       std::span<const std::uint8_t> bytes) noexcept = 0;
+  // Where the body of a bulk frame of `bytes` goes, if it goes whole to one place the owner knows
+  // already (a copy's destination): the connection then reads it there straight from the socket,
+  // and reports it with on_bulk_placed instead of on_bulk. Empty: it comes through on_bulk. The
+  // memory must stay valid while the connection is open.
+  virtual std::span<std::uint8_t> bulk_sink(Connection&, std::uint8_t, std::size_t) noexcept {
+    return {};
+  }
+  // The `bytes` of a bulk frame whose body bulk_sink placed are all in place.
+  virtual void on_bulk_placed(Connection&, std::uint8_t, std::size_t) noexcept {}
+  // The connection failed, or the peer ended it, before this side ended it: `cause` is a root cause
+  // naming the peer ("NAME: closed its connection"). The connection is already ending.
+  virtual void on_failed(Connection& c, const std::string& cause) noexcept = 0;
+  // The handshake was refused or timed out: `why` follows the peer's name and ": ".
+  virtual void on_refused(Connection& c, const std::string& why) noexcept = 0;
+  // The handle is closed: the owner may now destroy the connection.
+  virtual void on_closed(Connection& c) noexcept = 0;
+};
+
+// Owner: a job (through its ConnectionOwner), which destroys it after on_closed. Threads: the loop
+// thread only. Lifetime: from dial() or adopt() to on_closed; libuv's handle lives inside, so the
+// object must not move or die before then.
+class Connection {
+ public:
+  enum class State : std::uint8_t {
+    connecting,   // dialing: the TCP connect is pending
+    handshaking,  // proving the key
+    open,         // messages flow
+    ending,       // this side has ended: final messages go out, then half-close and drain
+    closing,      // uv_close issued
+    closed,
+  };
+
+  Connection(Reactor& reactor, ConnectionOwner& owner, const Timing& timing, std::string peer_name);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Dials `address` (resolved already) and proves the key as `hs`'s dialer.
+  void dial(const sockaddr* address, Handshake hs);
+  // Takes over `fd`, a socket a listener accepted, and proves the key as `hs`'s listener.
+  // Returns a libuv error code (the connection then closes itself and the socket).
+  int adopt(int fd, Handshake hs);
+
+  // Queues `m` behind everything queued before it. Only while open.
+  void send(const Message& m);
+  // Queues a frame whose body is `head` followed by `payload`, which is sent from where it lies
+  // (scatter-gather) and must stay valid until `done` runs (on the loop thread, once the bytes are
+  // handed to the kernel or the connection has given up on them).
+  void send_gather(std::span<const std::uint8_t> head, std::span<const std::uint8_t> payload,
+                   std::function<void()> done);
+
+  // One piece of a write: `bytes` at `external` (caller memory, valid until `done`), or, with
+  // `external` null, at `offset` in the write's own bytes.
+  struct Piece {
+    const std::uint8_t* external;
+    std::size_t offset;
+    std::size_t bytes;
+  };
+  // Queues one write of `pieces`, in order, behind everything queued before it; `owned` is kept
+  // by the connection until the write is done. Only while open (else `done` runs at once).
+  void send_pieces(Bytes owned, std::span<const Piece> pieces, std::function<void()> done);
+
+  // Ends this side: sends `final_message` if given (an ABORT or a CLOSE), half-closes, then reads
+  // and discards until the peer ends its side, `drain_timeout_ms` after the end (or after the final
+  // message left, if later), or `silence_timeout_ms` after the peer's last byte; then closes.
+  void end(const std::optional<Message>& final_message);
+  // Closes at once, dropping what is queued (a refused handshake or a process tearing down).
+  void close_now();
+
+  State state() const noexcept { return state_; }
+  // Whether the peer has ended its side (EOF seen).
+  bool peer_ended() const noexcept { return peer_ended_; }
+  const std::string& peer_name() const noexcept { return peer_name_; }
+  void set_peer_name(std::string name) { peer_name_ = std::move(name); }
+  const Peer& peer() const { return handshake_->peer(); }
+  // The peer's address as "IP:PORT" ("[IPv6]:PORT"), or "?" once unknown.
+  std::string peer_address() const;
+  // Bytes queued to send and not yet handed to the kernel.
+  std::size_t backlog_bytes() const noexcept;
+  // Called with true when a write could not go to the kernel whole and waits in libuv's queue,
+  // and with false once that queue is empty again: while true, the connection "is sending".
+  void set_sending_watch(std::function<void(bool sending)> watch) {
+    sending_watch_ = std::move(watch);
+  }
+
+  // Opaque per-connection data for the owner (an index, a role).
+  std::uint64_t tag = 0;
+
+ private:
+  struct Write;
+  static void on_connect(uv_connect_t* req, int status);
+  static void on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
+  static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf);
+  static void on_write(uv_write_t* req, int status);
+  static void on_shutdown(uv_shutdown_t* req, int status);
+  static void on_close(uv_handle_t* h);
+
+  void start();  // after the TCP connection exists: socket options, reading, the handshake
+  void tune_socket();
+  void on_bytes(std::span<const std::uint8_t> bytes);
+  void handshake_bytes(std::span<const std::uint8_t> bytes);
+  void frame_bytes();
+  // Asks the owner where a partly received bulk frame's body goes, and reads it there if it can.
+  void try_sink();
+  void flush_handshake();
+  // Writes `pieces` (or all of `owned` when there are none): the socket first, a request for
+  // the rest.
+  void write_buffers(Bytes owned, std::span<const Piece> pieces, std::function<void()> done);
+  void tick(std::int64_t now_ms);
+  void fail(const std::string& cause);
+  void broken(int uv_code);  // a write or read error, reported as the state calls for
+  void drain_check(std::int64_t now_ms);
+  void close_handle();
+
+  Reactor& reactor_;
+  ConnectionOwner& owner_;
+  const Timing timing_;
+  std::string peer_name_;
+  uv_tcp_t tcp_{};
+  uv_connect_t connect_req_{};
+  uv_shutdown_t shutdown_req_{};
+  State state_ = State::connecting;
+  std::optional<Handshake> handshake_;
+  std::vector<std::uint8_t> handshake_buf_;
+  FrameDecoder decoder_;
+  // A bulk frame's body being read straight to its destination (empty when none is).
+  std::span<std::uint8_t> sink_;
+  std::size_t sink_done_ = 0;
+  std::uint8_t sink_type_ = 0;
+  Liveness liveness_;
+  std::int64_t started_ms_;
+  std::int64_t ended_ms_ = 0;  // when this side ended, or its final message left, if later
+  std::uint64_t ticker_ = 0;
+  std::size_t writes_pending_ = 0;
+  std::size_t last_backlog_ = 0;
+  std::uint64_t last_acked_ = 0;
+  bool final_message_pending_ = false;
+  bool peer_ended_ = false;
+  bool shutdown_done_ = false;
+  bool end_when_proven_ = false;  // end() came during the handshake, with a final message
+  std::optional<Message> final_when_proven_;
+  bool handle_open_ = false;
+  std::function<void(bool)> sending_watch_;
+};
+
+// Appends to a write the frames of type `type` (PAYLOAD or DATA) that carry `bytes` from where
+// they lie, chunk_bytes at most per frame: each frame's header goes into `owned`, its bytes stay in
+// the caller's memory. Nothing is appended for no bytes.
+void add_bulk_frames(Bytes& owned, rig::detail::PoolVector<Connection::Piece>& pieces,
+                     std::uint8_t type, std::span<const std::uint8_t> bytes);
+
+// "10 s", "0.25 s": a duration in the root causes, exact for the scaled times tests use.
+std::string seconds_text(std::int64_t ms);
+
+}  // namespace rig::remote

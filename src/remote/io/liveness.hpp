@@ -1,0 +1,60 @@
+// The liveness rules of one connection, as a pure function of its timestamps and the clock: when
+// to send a heartbeat, and when the peer is silent or the send path stuck. No sockets, no timers,
+// so a test can check every bound on a ManualClock.
+#pragma once
+
+#include <cstdint>
+
+#include "remote/io/timing.hpp"
+
+namespace rig::remote {
+
+// Owner: a connection. Threads: the loop thread. Lifetime: the connection's.
+class Liveness {
+ public:
+  Liveness(const Timing& timing, std::int64_t now_ms)
+      : timing_(timing), last_received_ms_(now_ms), last_sent_ms_(now_ms) {}
+
+  // Some bytes arrived from the peer.
+  void received(std::int64_t now_ms) noexcept { last_received_ms_ = now_ms; }
+  // A message was handed to the socket (a heartbeat counts).
+  void sent(std::int64_t now_ms) noexcept { last_sent_ms_ = now_ms; }
+  // Bytes are waiting to be sent: the stall clock runs from the first such moment, and restarts at
+  // every write that makes progress.
+  void backlog(std::int64_t now_ms) noexcept {
+    if (!backlogged_) {
+      backlogged_ = true;
+      last_progress_ms_ = now_ms;
+    }
+  }
+  void progress(std::int64_t now_ms, bool backlog_left) noexcept {
+    last_progress_ms_ = now_ms;
+    backlogged_ = backlog_left;
+  }
+  // Nothing waits to be sent any more.
+  void settled() noexcept { backlogged_ = false; }
+
+  enum class Verdict { fine, send_heartbeat, silent, stalled };
+
+  Verdict check(std::int64_t now_ms) const noexcept {
+    if (backlogged_ && now_ms - last_progress_ms_ >= timing_.send_stall_timeout_ms) {
+      return Verdict::stalled;
+    }
+    if (now_ms - last_received_ms_ >= timing_.silence_timeout_ms) return Verdict::silent;
+    if (!backlogged_ && now_ms - last_sent_ms_ >= timing_.heartbeat_idle_ms) {
+      return Verdict::send_heartbeat;
+    }
+    return Verdict::fine;
+  }
+
+  std::int64_t last_received_ms() const noexcept { return last_received_ms_; }
+
+ private:
+  Timing timing_;
+  std::int64_t last_received_ms_;
+  std::int64_t last_sent_ms_;
+  std::int64_t last_progress_ms_ = 0;
+  bool backlogged_ = false;
+};
+
+}  // namespace rig::remote

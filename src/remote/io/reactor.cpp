@@ -1,0 +1,159 @@
+#include "remote/io/reactor.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace rig::remote {
+namespace {
+
+// Commands run per wake-up of the loop before it turns to its timers and sockets again.
+constexpr std::size_t commands_per_turn_max = 256;
+
+// How long the loop polls after activity before it sleeps in epoll again. Waking a thread that
+// sleeps costs 30-80 us on small VMs (DESIGN.md section 5), and once both ends of a job poll, a
+// SIM copy's whole round trip takes about 60 us there (bench/README.md): 100 us catches the answer
+// and the next request without a wake-up (50 us missed half of them), and bounds what a lone
+// request costs. The poll yields the core at every turn, and an idle loop (heartbeats only) never
+// polls. RIG_LOOP_SPIN_US overrides it (0: never poll), for the benchmark's comparison.
+constexpr std::uint64_t loop_spin_us_default = 100;
+constexpr std::uint64_t loop_spin_us_max = 1'000'000;
+
+std::uint64_t loop_spin_ns() {
+  const char* v = std::getenv("RIG_LOOP_SPIN_US");
+  if (v == nullptr || *v == '\0') return loop_spin_us_default * 1000;
+  char* end = nullptr;
+  const unsigned long long us = std::strtoull(v, &end, 10);
+  if (*end != '\0' || us > loop_spin_us_max) return loop_spin_us_default * 1000;
+  return us * 1000;
+}
+
+std::uint64_t this_thread_token() noexcept {
+  return static_cast<std::uint64_t>(pthread_self());
+}
+
+void check_uv(int rc, const char* what) {
+  if (rc != 0) throw std::runtime_error(std::string("rig: ") + what + ": " + uv_strerror(rc));
+}
+
+}  // namespace
+
+Reactor::Reactor(const Clock& clock, std::int64_t tick_ms)
+    : clock_(clock), spin_ns_(loop_spin_ns()) {
+  check_uv(uv_loop_init(&loop_), "uv_loop_init");
+  loop_.data = this;
+  check_uv(uv_async_init(&loop_, &async_, on_async), "uv_async_init");
+  async_.data = this;
+  check_uv(uv_timer_init(&loop_, &tick_), "uv_timer_init");
+  tick_.data = this;
+  check_uv(uv_idle_init(&loop_, &spin_), "uv_idle_init");
+  spin_.data = this;
+  const auto period = static_cast<std::uint64_t>(std::max<std::int64_t>(tick_ms, 1));
+  check_uv(uv_timer_start(&tick_, on_tick, period, period), "uv_timer_start");
+}
+
+Reactor::~Reactor() {
+  // run() closes the reactor's own handles on its way out; a reactor that never ran closes them
+  // here, then lets the loop finish their close callbacks.
+  if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&async_))) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+  }
+  uv_loop_close(&loop_);
+}
+
+void Reactor::post(Command* command) noexcept {
+  queue_.push(command);
+  uv_async_send(&async_);
+}
+
+void Reactor::run() {
+  loop_thread_.store(this_thread_token(), std::memory_order_release);
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  loop_thread_.store(0, std::memory_order_release);
+}
+
+void Reactor::stop() noexcept {
+  if (stopping_) return;
+  stopping_ = true;
+  // Every command posted so far runs: each completes exactly once.
+  while (QueueNode* node = queue_.pop()) static_cast<Command*>(node)->run(*this);
+  uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
+}
+
+void Reactor::note_activity() noexcept {
+  if (spin_ns_ == 0 || stopping_) return;
+  spin_until_ns_ = uv_hrtime() + spin_ns_;
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&spin_))) uv_idle_start(&spin_, on_spin);
+}
+
+void Reactor::on_spin(uv_idle_t* handle) {
+  auto* r = static_cast<Reactor*>(handle->data);
+  if (uv_hrtime() >= r->spin_until_ns_) {
+    uv_idle_stop(handle);  // the loop sleeps in epoll again from its next turn
+    return;
+  }
+  // What the loop waits for may need this very core (the thread that submits, or the peer's
+  // process when both ends share a core): let any such thread run before polling again. With
+  // nothing else to run, this returns at once.
+  sched_yield();
+}
+
+bool Reactor::on_loop_thread() const noexcept {
+  return loop_thread_.load(std::memory_order_acquire) == this_thread_token();
+}
+
+std::uint64_t Reactor::add_ticker(Ticker ticker) {
+  tickers_.push_back({next_token_, std::move(ticker)});
+  return next_token_++;
+}
+
+void Reactor::remove_ticker(std::uint64_t token) {
+  std::erase_if(tickers_, [token](const Entry& e) { return e.token == token; });
+}
+
+void Reactor::tick_now() {
+  const std::int64_t now = clock_.now_ms();
+  // A ticker may add or remove tickers (a connection that fails closes itself): iterate a copy of
+  // the tokens and look each up again.
+  std::vector<std::uint64_t> tokens;
+  tokens.reserve(tickers_.size());
+  for (const Entry& e : tickers_) tokens.push_back(e.token);
+  for (std::uint64_t t : tokens) {
+    auto it = std::find_if(tickers_.begin(), tickers_.end(),
+                           [t](const Entry& e) { return e.token == t; });
+    if (it == tickers_.end()) continue;
+    Ticker copy = it->ticker;
+    copy(now);
+  }
+}
+
+void Reactor::drain_commands() {
+  // A bounded batch per wake-up: producers that never pause must not starve the loop's timers and
+  // sockets. What is left is picked up on the loop's next turn.
+  for (std::size_t i = 0; i < commands_per_turn_max; ++i) {
+    QueueNode* node = queue_.pop();
+    if (node == nullptr) return;
+    static_cast<Command*>(node)->run(*this);
+    if (i == 0) note_activity();
+  }
+  if (!stopping_) uv_async_send(&async_);
+}
+
+void Reactor::on_async(uv_async_t* handle) {
+  static_cast<Reactor*>(handle->data)->drain_commands();
+}
+
+void Reactor::on_tick(uv_timer_t* handle) {
+  static_cast<Reactor*>(handle->data)->tick_now();
+}
+
+}  // namespace rig::remote

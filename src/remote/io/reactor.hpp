@@ -1,0 +1,95 @@
+// The reactor: one libuv loop on one thread, owning every socket, timer and deadline of the
+// process's jobs. Other threads reach it only through post().
+#pragma once
+
+#include <uv.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "remote/io/clock.hpp"
+#include "remote/io/queue.hpp"
+
+namespace rig::remote {
+
+class Reactor;
+
+// Work for the loop thread. The poster owns the node (a submission's comes from the block pool) and
+// learns of its completion however the command says; run() executes on the loop thread, exactly
+// once.
+struct Command : QueueNode {
+  virtual void run(Reactor& reactor) noexcept = 0;
+
+ protected:
+  ~Command() = default;
+};
+
+// Owner: the controller's runtime (which runs it on a thread of its own) or an agent's serve (which
+// runs it on the caller's thread). Threads: post() from any thread, or a signal handler; every
+// other member only on the loop thread, once run() has started. Lifetime: the loop is closed in
+// the destructor, which requires every handle to have been closed (libuv's rule).
+class Reactor {
+ public:
+  Reactor(const Clock& clock, std::int64_t tick_ms);
+  ~Reactor();
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+
+  // Hands `command` to the loop thread: a wait-free push and uv_async_send, both
+  // async-signal-safe; no lock, no allocation.
+  void post(Command* command) noexcept;
+
+  // Runs the loop on this thread until stop() and until every handle has closed.
+  void run();
+  // Asks run() to return once the handles still open have closed. Loop thread.
+  void stop() noexcept;
+  bool stopping() const noexcept { return stopping_; }
+
+  uv_loop_t* loop() noexcept { return &loop_; }
+  const Clock& clock() const noexcept { return clock_; }
+  std::int64_t now_ms() const noexcept { return clock_.now_ms(); }
+
+  // Called on every tick with the clock's time: where deadlines are checked. Returns a token for
+  // remove_ticker. Loop thread.
+  using Ticker = std::function<void(std::int64_t now_ms)>;
+  std::uint64_t add_ticker(Ticker ticker);
+  void remove_ticker(std::uint64_t token);
+  // Runs every ticker now (tests with a ManualClock call this after advancing it).
+  void tick_now();
+
+  // Whether the caller is on the loop thread.
+  bool on_loop_thread() const noexcept;
+
+  // The loop has just done work for a caller (run a command, read a message): an answer or the
+  // next request usually follows within microseconds, so for a short while (loop_spin_us) the loop
+  // polls its sockets and queue instead of sleeping in the kernel, whose wake-up costs tens of
+  // microseconds. Loop thread.
+  void note_activity() noexcept;
+
+ private:
+  static void on_async(uv_async_t* handle);
+  static void on_tick(uv_timer_t* handle);
+  static void on_spin(uv_idle_t* handle);
+  void drain_commands();
+
+  const Clock& clock_;
+  uv_loop_t loop_{};
+  uv_async_t async_{};
+  uv_timer_t tick_{};
+  uv_idle_t spin_{};  // active while the loop polls after activity: libuv then polls, never sleeps
+  std::uint64_t spin_ns_;            // how long it polls after activity (0: never)
+  std::uint64_t spin_until_ns_ = 0;  // uv_hrtime() at which the polling stops
+  MpscQueue queue_;
+  bool stopping_ = false;
+  std::atomic<std::uint64_t> loop_thread_{0};
+  struct Entry {
+    std::uint64_t token;
+    Ticker ticker;
+  };
+  std::vector<Entry> tickers_;
+  std::uint64_t next_token_ = 1;
+};
+
+}  // namespace rig::remote

@@ -1,0 +1,185 @@
+#include "remote/wire/codec.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+#include "remote/wire/wire.hpp"
+
+// GCC 12 with -fsanitize=address reports a std::string inside std::variant's move constructor as
+// maybe uninitialized when a decoded message moves into its Result: a known false positive of that
+// compiler (the variant's index guards the member). Other compilers and flags are unaffected.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace rig::remote {
+
+namespace {
+
+// The fields() visitor that writes a message's body into `Out`.
+template <typename Out>
+class BodyWriter {
+ public:
+  BodyWriter(std::string_view message, Out& out) : message_(message), w_(out) {}
+  void field(std::string_view, std::uint8_t v) { w_.u8(v); }
+  void field(std::string_view, std::uint32_t v) { w_.u32(v); }
+  void field(std::string_view, std::uint64_t v) { w_.u64(v); }
+  template <typename A>
+  void field(std::string_view name, const std::basic_string<char, std::char_traits<char>, A>& v,
+             std::size_t max) {
+    if (v.size() > max)
+      throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
+                                  " of " + std::to_string(v.size()) + " bytes over the maximum " +
+                                  std::to_string(max));
+    w_.string(v);
+  }
+  void field(std::string_view name, const std::vector<std::string>& v, std::size_t count_max,
+             std::size_t bytes_max) {
+    if (v.size() > count_max)
+      throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
+                                  " of " + std::to_string(v.size()) + " entries over the maximum " +
+                                  std::to_string(count_max));
+    w_.u32(static_cast<std::uint32_t>(v.size()));
+    for (const std::string& e : v) field(name, e, bytes_max);
+  }
+  // A list of records, each written through its own fields().
+  template <typename T, typename A>
+  void field(std::string_view name, const std::vector<T, A>& v, std::size_t count_max) {
+    if (v.size() > count_max)
+      throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
+                                  " of " + std::to_string(v.size()) + " entries over the maximum " +
+                                  std::to_string(count_max));
+    w_.u32(static_cast<std::uint32_t>(v.size()));
+    for (const T& e : v) T::fields(e, *this);
+  }
+
+ private:
+  std::string_view message_;
+  BasicWriter<Out> w_;
+};
+
+// The fields() visitor that reads a message's body.
+class BodyReader {
+ public:
+  explicit BodyReader(Reader& r) : r_(r) {}
+  void field(std::string_view name, std::uint8_t& v) { v = r_.u8(name); }
+  void field(std::string_view name, std::uint32_t& v) { v = r_.u32(name); }
+  void field(std::string_view name, std::uint64_t& v) { v = r_.u64(name); }
+  template <typename A>
+  void field(std::string_view name, std::basic_string<char, std::char_traits<char>, A>& v,
+             std::size_t max) {
+    const std::string s = r_.string(name, max);
+    v.assign(s.data(), s.size());
+  }
+  void field(std::string_view name, std::vector<std::string>& v, std::size_t count_max,
+             std::size_t bytes_max) {
+    const std::uint32_t count = r_.u32(name);
+    if (!r_.ok()) return;
+    if (count > count_max) {
+      r_.fail(std::string(name) + " count " + std::to_string(count) + " over the maximum " +
+              std::to_string(count_max));
+      return;
+    }
+    v.clear();
+    for (std::uint32_t i = 0; i < count && r_.ok(); ++i) v.push_back(r_.string(name, bytes_max));
+  }
+  template <typename T, typename A>
+  void field(std::string_view name, std::vector<T, A>& v, std::size_t count_max) {
+    const std::uint32_t count = r_.u32(name);
+    if (!r_.ok()) return;
+    if (count > count_max) {
+      r_.fail(std::string(name) + " count " + std::to_string(count) + " over the maximum " +
+              std::to_string(count_max));
+      return;
+    }
+    // Each record takes at least a byte, so a count beyond the bytes left is malformed before
+    // anything is allocated for it.
+    if (count > r_.remaining()) {
+      r_.fail(std::string(name) + " count " + std::to_string(count) + " past the end of the body");
+      return;
+    }
+    v.clear();
+    v.reserve(count);
+    for (std::uint32_t i = 0; i < count && r_.ok(); ++i) T::fields(v.emplace_back(), *this);
+  }
+
+ private:
+  Reader& r_;
+};
+
+template <typename M>
+Result<Message> decode_as(std::span<const std::uint8_t> body) {
+  M message{};
+  Reader r(M::name, body);
+  BodyReader visitor(r);
+  M::fields(message, visitor);
+  if (!r.finish()) return Error("malformed message: " + r.error());
+  return Message(std::move(message));
+}
+
+// Decoders indexed like Message's alternatives, looked up by type byte.
+template <typename V>
+struct Decoders;
+
+template <typename... Ms>
+struct Decoders<std::variant<Ms...>> {
+  static Result<Message> decode(std::uint8_t type, std::span<const std::uint8_t> body) {
+    using Fn = Result<Message> (*)(std::span<const std::uint8_t>);
+    static constexpr std::uint8_t types[] = {Ms::type...};
+    static constexpr Fn fns[] = {&decode_as<Ms>...};
+    for (std::size_t i = 0; i < sizeof...(Ms); ++i)
+      if (types[i] == type) return fns[i](body);
+    return Error("malformed message: unknown type " + hex_byte(type));
+  }
+};
+
+}  // namespace
+
+namespace {
+
+// Appends `m`'s frame to `out`; on a throw, leaves `out` as it was, so a caller that survives the
+// throw has no half frame queued.
+template <typename M, typename Out>
+void encode_one(const M& m, Out& out) {
+  const std::size_t start = out.size();
+  try {
+    out.resize(start + frame_header_bytes);
+    BodyWriter<Out> visitor(M::name, out);
+    M::fields(m, visitor);
+    const std::size_t body = out.size() - start - frame_header_bytes;
+    write_frame_header(
+        std::span<std::uint8_t, frame_header_bytes>(out.data() + start, frame_header_bytes),
+        M::type, body);
+  } catch (...) {
+    out.resize(start);
+    throw;
+  }
+}
+
+}  // namespace
+
+void encode(const Message& message, std::vector<std::uint8_t>& out) {
+  std::visit([&out](const auto& m) { encode_one(m, out); }, message);
+}
+
+void encode(const Message& message, Bytes& out) {
+  std::visit([&out](const auto& m) { encode_one(m, out); }, message);
+}
+
+void encode(const Submit& message, Bytes& out) {
+  encode_one(message, out);
+}
+
+Result<Message> decode(const Frame& frame) {
+  return Decoders<Message>::decode(frame.type, frame.body);
+}
+
+std::string clamp_reason(std::string_view why) {
+  if (why.size() <= reason_bytes_max) return std::string(why);
+  std::size_t cut = reason_bytes_max;
+  // Back up over UTF-8 continuation bytes (0x80 to 0xBF) so no character is split.
+  while (cut > 0 && (static_cast<unsigned char>(why[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(why.substr(0, cut));
+}
+
+}  // namespace rig::remote

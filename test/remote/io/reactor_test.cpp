@@ -1,0 +1,106 @@
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "remote/io/liveness.hpp"
+#include "remote/io/reactor.hpp"
+
+using namespace rig::remote;
+
+namespace {
+
+struct Count final : Command {
+  std::atomic<int>* counter = nullptr;
+  int stop_at = 0;
+  void run(Reactor& r) noexcept override {
+    if (counter->fetch_add(1) + 1 == stop_at) r.stop();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("commands posted from many threads all run on the loop thread") {
+  ManualClock clock;
+  Reactor reactor(clock, 100);
+  constexpr int threads = 4, each = 2000;
+  std::atomic<int> counter{0};
+  std::vector<Count> commands(threads * each);
+  for (auto& c : commands) {
+    c.counter = &counter;
+    c.stop_at = threads * each;
+  }
+  std::vector<std::thread> posters;
+  for (int t = 0; t < threads; ++t) {
+    posters.emplace_back([&, t] {
+      for (int i = 0; i < each; ++i) reactor.post(&commands[t * each + i]);
+    });
+  }
+  reactor.run();  // returns once the last command stops it
+  for (auto& p : posters) p.join();
+  CHECK(counter.load() == threads * each);
+}
+
+TEST_CASE("tickers see the injected clock's time; one may remove itself") {
+  ManualClock clock(5000);
+  Reactor reactor(clock, 1000);
+  std::vector<std::int64_t> seen;
+  std::uint64_t self = 0;
+  self = reactor.add_ticker([&](std::int64_t now) {
+    seen.push_back(now);
+    if (seen.size() == 2) reactor.remove_ticker(self);
+  });
+  reactor.tick_now();
+  clock.advance(10'000);
+  reactor.tick_now();
+  reactor.tick_now();
+  CHECK(seen == std::vector<std::int64_t>{5000, 15000});
+}
+
+TEST_CASE("liveness: heartbeats, silence and stalled sends, on a manual clock") {
+  const Timing t{};
+  std::int64_t now = 0;
+  Liveness l(t, now);
+  CHECK(l.check(now) == Liveness::Verdict::fine);
+  now += t.heartbeat_idle_ms - 1;
+  CHECK(l.check(now) == Liveness::Verdict::fine);
+  now += 1;
+  CHECK(l.check(now) == Liveness::Verdict::send_heartbeat);
+  l.sent(now);
+  CHECK(l.check(now) == Liveness::Verdict::fine);
+
+  // Silence: fails at exactly 10 s without a byte, not a millisecond before.
+  Liveness quiet(t, 0);
+  for (std::int64_t ms = 0; ms < 10'000; ms += 700) {
+    quiet.sent(ms);
+    CHECK(quiet.check(ms) != Liveness::Verdict::silent);
+  }
+  CHECK(quiet.check(9'999) != Liveness::Verdict::silent);
+  CHECK(quiet.check(10'000) == Liveness::Verdict::silent);
+  quiet.received(10'000);
+  CHECK(quiet.check(10'000) != Liveness::Verdict::silent);
+
+  // A backlog that moves is fine however long it lasts; one that stops moving for 10 s fails.
+  Liveness sending(t, 0);
+  sending.backlog(0);
+  for (std::int64_t ms = 0; ms <= 30'000; ms += 5'000) {
+    sending.received(ms);
+    sending.progress(ms, true);
+    CHECK(sending.check(ms) == Liveness::Verdict::fine);
+  }
+  CHECK(sending.check(30'000 + 9'999) != Liveness::Verdict::stalled);
+  sending.received(39'000);
+  CHECK(sending.check(40'000) == Liveness::Verdict::stalled);
+  sending.progress(40'000, false);
+  sending.sent(40'000);
+  CHECK(sending.check(40'000) == Liveness::Verdict::fine);
+}
+
+TEST_CASE("scaled timing keeps every time positive") {
+  const Timing fast = Timing{}.scaled_down(100'000);
+  CHECK(fast.silence_timeout_ms == 1);
+  CHECK(fast.tick_ms == 1);
+  const Timing ten = Timing{}.scaled_down(10);
+  CHECK(ten.silence_timeout_ms == 1000);
+}

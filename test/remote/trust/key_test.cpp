@@ -1,0 +1,182 @@
+// Keys: key() and read_key(), each rule of "Keys and trust" with its exact refusal.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <string>
+
+#include "remote/support.hpp"
+#include "rig/remote.hpp"
+
+using rig::remote::key;
+using rig::remote::read_key;
+using rig::remote::test::ScratchDir;
+
+namespace {
+
+// A secret that is easy to spot in an error text, `n` bytes long.
+std::string secret(std::size_t n) {
+  std::string s;
+  while (s.size() < n) s += "SeCrEt";
+  s.resize(n);
+  return s;
+}
+
+void write_file(const std::string& path, const std::string& bytes, mode_t mode = 0600) {
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << bytes;
+  }
+  REQUIRE(::chmod(path.c_str(), mode) == 0);
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+  TEST_CASE("key() takes 16 to 4096 bytes and gives only the length when it refuses") {
+    CHECK(key(secret(16)).ok());
+    CHECK(key(secret(4096)).ok());
+    CHECK(key(secret(16))->size() == 16);
+
+    auto short_key = key(secret(15));
+    REQUIRE_FALSE(short_key.ok());
+    CHECK(short_key.error() == "a key has 16 to 4096 bytes, this one has 15");
+    auto long_key = key(secret(4097));
+    REQUIRE_FALSE(long_key.ok());
+    CHECK(long_key.error() == "a key has 16 to 4096 bytes, this one has 4097");
+    CHECK(key("").error() == "a key has 16 to 4096 bytes, this one has 0");
+    CHECK(short_key.error().find("SeC") == std::string::npos);
+  }
+
+  TEST_CASE("keys compare by their bytes, and copies and moves keep them") {
+    const auto a = key(secret(32)).value();
+    const auto b = key(secret(32)).value();
+    const auto c = key(secret(31) + "x").value();
+    const auto d = key(secret(33)).value();
+    CHECK(a == b);
+    CHECK_FALSE(a == c);
+    CHECK_FALSE(a == d);
+
+    rig::remote::Key copy = a;
+    CHECK(copy == a);
+    rig::remote::Key moved = std::move(copy);
+    CHECK(moved == a);
+    CHECK(copy.size() == 0);  // NOLINT(bugprone-use-after-move): a moved-from key holds nothing
+    copy = c;
+    CHECK(copy == c);
+    copy = std::move(moved);
+    CHECK(copy == a);
+  }
+
+  TEST_CASE("read_key accepts a private regular file of 16 to 4096 bytes") {
+    ScratchDir dir;
+    for (std::size_t n : {16, 32, 4096}) {
+      const auto path = dir.file("key" + std::to_string(n));
+      write_file(path, secret(n));
+      auto k = read_key(path);
+      REQUIRE(k.ok());
+      CHECK(*k == key(secret(n)).value());
+    }
+    // Owner read only is private too.
+    const auto path = dir.file("readonly");
+    write_file(path, secret(32), 0400);
+    CHECK(read_key(path).ok());
+  }
+
+  TEST_CASE("read_key follows a symbolic link and checks the file it reaches") {
+    ScratchDir dir;
+    write_file(dir.file("target"), secret(32));
+    REQUIRE(::symlink(dir.file("target").c_str(), dir.file("link").c_str()) == 0);
+    auto k = read_key(dir.file("link"));
+    REQUIRE(k.ok());
+    CHECK(*k == key(secret(32)).value());
+
+    REQUIRE(::chmod(dir.file("target").c_str(), 0644) == 0);
+    CHECK(read_key(dir.file("link")).error() ==
+          "key file " + dir.file("link") +
+              ": grants its group or others access (mode 0644); chmod 600 it");
+  }
+
+  TEST_CASE("read_key refuses a key file with the wrong size, naming the file, never the bytes") {
+    ScratchDir dir;
+    struct Case {
+      std::size_t bytes;
+      std::string why;
+    };
+    for (const auto& c : {Case{15, "holds 15 bytes; a key has 16 to 4096 bytes"},
+                          Case{0, "holds 0 bytes; a key has 16 to 4096 bytes"},
+                          Case{4097, "holds more than 4096 bytes; a key has 16 to 4096 bytes"},
+                          Case{100000, "holds more than 4096 bytes; a key has 16 to 4096 bytes"}}) {
+      CAPTURE(c.bytes);
+      const auto path = dir.file("key" + std::to_string(c.bytes));
+      write_file(path, secret(c.bytes));
+      auto k = read_key(path);
+      REQUIRE_FALSE(k.ok());
+      CHECK(k.error() == "key file " + path + ": " + c.why);
+      CHECK(k.error().find("SeC") == std::string::npos);
+    }
+  }
+
+  TEST_CASE("read_key refuses a key file its group or others may access") {
+    ScratchDir dir;
+    for (mode_t mode : {0644, 0640, 0604, 0601, 0610, 0660, 0700 | 01, 0666}) {
+      CAPTURE(mode);
+      const auto path = dir.file("key");
+      write_file(path, secret(32), mode);
+      char octal[8];
+      std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mode));
+      CHECK(read_key(path).error() == "key file " + path +
+                                          ": grants its group or others access (mode " + octal +
+                                          "); chmod 600 it");
+    }
+  }
+
+  TEST_CASE("read_key refuses a key file of another user") {
+    if (::geteuid() != 0) {
+      MESSAGE("skipped: making a file of another user needs root");
+      return;
+    }
+    ScratchDir dir;
+    const auto path = dir.file("key");
+    write_file(path, secret(32));
+    REQUIRE(::chown(path.c_str(), 65534, 65534) == 0);
+    CHECK(read_key(path).error() ==
+          "key file " + path + ": belongs to user 65534, not to this process's user 0");
+  }
+
+  TEST_CASE("read_key refuses a FIFO at once, without waiting for a writer") {
+    ScratchDir dir;
+    const auto path = dir.file("fifo");
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    auto pending = std::async(std::launch::async, [&] { return read_key(path); });
+    if (pending.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+      // Unblock the reader so the test ends, then fail.
+      const int fd = ::open(path.c_str(), O_WRONLY);
+      ::close(fd);
+      FAIL("read_key waited for a writer on a FIFO");
+    }
+    CHECK(pending.get().error() == "key file " + path + ": is a FIFO, not a regular file");
+  }
+
+  TEST_CASE("read_key refuses what is not a regular file, and what cannot be opened") {
+    ScratchDir dir;
+    const auto sub = dir.file("sub");
+    REQUIRE(::mkdir(sub.c_str(), 0700) == 0);
+    CHECK(read_key(sub).error() == "key file " + sub + ": is a directory, not a regular file");
+    CHECK(read_key("/dev/null").error() ==
+          "key file /dev/null: is a character device, not a regular file");
+
+    const auto missing = dir.file("missing");
+    CHECK(read_key(missing).error() ==
+          "key file " + missing + ": cannot open: No such file or directory");
+    const auto dangling = dir.file("dangling");
+    REQUIRE(::symlink(missing.c_str(), dangling.c_str()) == 0);
+    CHECK(read_key(dangling).error() ==
+          "key file " + dangling + ": cannot open: No such file or directory");
+    CHECK(read_key(std::string("a\0b", 3)).error() ==
+          std::string("key file a\0b: name holds a NUL byte", 35));
+  }
+}

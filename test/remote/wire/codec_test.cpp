@@ -1,0 +1,223 @@
+// The codec: each message's exact bytes, round trips through the decoder fed whole, byte by byte
+// and in random pieces, and every refusal with the field it names.
+#include "remote/wire/codec.hpp"
+
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+#include "remote/support.hpp"
+
+using namespace rig::remote;
+using rig::remote::test::cat;
+using rig::remote::test::le32;
+
+namespace {
+
+std::vector<std::uint8_t> encoded(const Message& m) {
+  std::vector<std::uint8_t> out;
+  encode(m, out);
+  return out;
+}
+
+// The decoded message of one whole frame, or its error.
+rig::Result<Message> round(std::vector<std::uint8_t> bytes) {
+  FrameDecoder d;
+  d.feed(bytes);
+  auto f = d.next();
+  if (!f.ok()) return rig::Error(f.error());
+  REQUIRE(f->has_value());
+  return decode(**f);
+}
+
+std::vector<std::uint8_t> frame(std::uint8_t type, std::vector<std::uint8_t> body) {
+  return cat(
+      {le32(static_cast<std::uint32_t>(body.size() + 1)), std::vector<std::uint8_t>{type}, body});
+}
+
+Message random_message(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0:
+      return Heartbeat{};
+    case 1:
+      return Close{};
+    case 2:
+      return Closed{};
+    default: {
+      // Mostly short causes, sometimes one near the limit, so frames span many pieces.
+      const std::size_t n = rng() % 8 == 0 ? rng() % (reason_bytes_max + 1) : rng() % 64;
+      std::string why(n, '\0');
+      for (auto& c : why) c = static_cast<char>(rng());
+      return Abort{why};
+    }
+  }
+}
+
+// Decodes every frame the decoder holds now.
+void drain(FrameDecoder& d, std::vector<Message>& got) {
+  for (;;) {
+    auto f = d.next();
+    REQUIRE(f.ok());
+    if (!f->has_value()) return;
+    auto m = decode(**f);
+    REQUIRE(m.ok());
+    got.push_back(std::move(*m));
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+  TEST_CASE("each control message's bytes") {
+    CHECK(encoded(Heartbeat{}) == std::vector<std::uint8_t>{1, 0, 0, 0, 0x01});
+    CHECK(encoded(Close{}) == std::vector<std::uint8_t>{1, 0, 0, 0, 0x03});
+    CHECK(encoded(Closed{}) == std::vector<std::uint8_t>{1, 0, 0, 0, 0x04});
+    CHECK(encoded(Abort{"why"}) ==
+          std::vector<std::uint8_t>{8, 0, 0, 0, 0x02, 3, 0, 0, 0, 'w', 'h', 'y'});
+    CHECK(message_name(0x01) == "HEARTBEAT");
+    CHECK(message_name(0x02) == "ABORT");
+    CHECK(message_name(0x03) == "CLOSE");
+    CHECK(message_name(0x04) == "CLOSED");
+    CHECK(message_name(0x00).empty());
+    CHECK(message_name(0x7f).empty());
+  }
+
+  TEST_CASE("each message round-trips, an abort's reason byte for byte") {
+    const std::string every_byte = [] {
+      std::string s;
+      for (int i = 0; i < 256; ++i) s.push_back(static_cast<char>(i));
+      return s;
+    }();
+    for (const Message& m :
+         {Message(Heartbeat{}), Message(Close{}), Message(Closed{}), Message(Abort{""}),
+          Message(Abort{every_byte}), Message(Abort{std::string(reason_bytes_max, 'x')})}) {
+      auto back = round(encoded(m));
+      REQUIRE(back.ok());
+      CHECK(*back == m);
+    }
+  }
+
+  TEST_CASE("the decoder refuses each malformed body, naming the message and the field") {
+    CHECK(round(frame(Abort::type, cat({le32(90), std::vector<std::uint8_t>(8, 'a')}))).error() ==
+          "malformed message: ABORT: reason length 90 past the end of a 12-byte body");
+    CHECK(round(frame(Abort::type, {1, 0})).error() ==
+          "malformed message: ABORT: reason length (4 bytes at offset 0) past the end of a 2-byte "
+          "body");
+    CHECK(round(frame(Abort::type, {})).error() ==
+          "malformed message: ABORT: reason length (4 bytes at offset 0) past the end of a 0-byte "
+          "body");
+    CHECK(round(frame(Abort::type, le32(reason_bytes_max + 1))).error() ==
+          "malformed message: ABORT: reason length 16385 over the maximum 16384");
+    CHECK(round(frame(Abort::type, cat({le32(1), std::vector<std::uint8_t>{'a', 'b'}}))).error() ==
+          "malformed message: ABORT: 1 trailing byte");
+    CHECK(round(frame(Heartbeat::type, {0, 0, 0})).error() ==
+          "malformed message: HEARTBEAT: 3 trailing bytes");
+    CHECK(round(frame(Close::type, {1})).error() == "malformed message: CLOSE: 1 trailing byte");
+    CHECK(round(frame(Closed::type, {1, 2})).error() ==
+          "malformed message: CLOSED: 2 trailing bytes");
+    CHECK(decode(Frame{0x7f, {}}).error() == "malformed message: unknown type 0x7f");
+  }
+
+  TEST_CASE("the encoder refuses a field over its limit and leaves the output as it was") {
+    std::vector<std::uint8_t> out = encoded(Heartbeat{});
+    CHECK_THROWS_WITH_AS(encode(Abort{std::string(reason_bytes_max + 1, 'x')}, out),
+                         "rig: ABORT reason of 16385 bytes over the maximum 16384",
+                         std::invalid_argument);
+    CHECK(out == encoded(Heartbeat{}));
+  }
+
+  TEST_CASE("clamp_reason fits any cause into an abort without splitting a character") {
+    CHECK(clamp_reason("short") == "short");
+    CHECK(clamp_reason(std::string(reason_bytes_max + 10, 'x')) ==
+          std::string(reason_bytes_max, 'x'));
+    // A 3-byte character (U+20AC) across the limit is left out whole.
+    const std::string euro = "\xe2\x82\xac";
+    const std::string cause = std::string(reason_bytes_max - 1, 'x') + euro + "tail";
+    CHECK(clamp_reason(cause) == std::string(reason_bytes_max - 1, 'x'));
+    const std::string fits = std::string(reason_bytes_max - 3, 'x') + euro + "tail";
+    CHECK(clamp_reason(fits) == std::string(reason_bytes_max - 3, 'x') + euro);
+    CHECK_NOTHROW(encoded(Abort{clamp_reason(cause)}));
+  }
+
+  TEST_CASE("a stream of messages decodes the same fed whole, byte by byte, and in random pieces") {
+    std::mt19937_64 rng(rig::remote::test::test_seed());
+    std::vector<Message> sent;
+    std::vector<std::uint8_t> stream;
+    for (int i = 0; i < 300; ++i) {
+      sent.push_back(random_message(rng));
+      encode(sent.back(), stream);
+    }
+
+    SUBCASE("whole") {
+      FrameDecoder d;
+      std::vector<Message> got;
+      d.feed(stream);
+      drain(d, got);
+      CHECK(got == sent);
+    }
+    SUBCASE("byte by byte") {
+      FrameDecoder d;
+      std::vector<Message> got;
+      for (std::uint8_t b : stream) {
+        d.feed(std::span(&b, 1));
+        drain(d, got);
+      }
+      CHECK(got == sent);
+      CHECK(d.buffered_bytes() == 0);
+    }
+    SUBCASE("random pieces, through feed and through prepare/commit") {
+      for (int round = 0; round < 20; ++round) {
+        FrameDecoder d;
+        std::vector<Message> got;
+        std::size_t at = 0;
+        while (at < stream.size()) {
+          // Piece sizes from 1 byte to 64 KiB, as reads of a socket come.
+          const std::size_t n =
+              std::min<std::size_t>(1 + rng() % (1 << (rng() % 17)), stream.size() - at);
+          if (rng() % 2) {
+            d.feed(std::span(stream).subspan(at, n));
+          } else {
+            auto room = d.prepare(n + rng() % 100);
+            std::memcpy(room.data(), stream.data() + at, n);
+            d.commit(n);
+          }
+          at += n;
+          drain(d, got);
+        }
+        CHECK(got == sent);
+      }
+    }
+  }
+
+  TEST_CASE("a malformed frame in a stream fails it wherever the pieces are cut") {
+    std::mt19937_64 rng(rig::remote::test::test_seed());
+    std::vector<std::uint8_t> stream;
+    encode(Abort{"first"}, stream);
+    encode(Heartbeat{}, stream);
+    const auto bad = frame(0x7f, {1, 2, 3});
+    stream.insert(stream.end(), bad.begin(), bad.end());
+    encode(Close{}, stream);
+    for (int round = 0; round < 200; ++round) {
+      FrameDecoder d;
+      std::size_t frames = 0;
+      std::string error;
+      std::size_t at = 0;
+      while (at < stream.size() && error.empty()) {
+        const std::size_t n = std::min<std::size_t>(1 + rng() % 8, stream.size() - at);
+        d.feed(std::span(stream).subspan(at, n));
+        at += n;
+        for (;;) {
+          auto f = d.next();
+          if (!f.ok()) {
+            error = f.error();
+            break;
+          }
+          if (!f->has_value()) break;
+          ++frames;
+        }
+      }
+      CHECK(frames == 2);
+      CHECK(error == "malformed message: unknown type 0x7f");
+    }
+  }
+}
