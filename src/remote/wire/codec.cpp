@@ -35,25 +35,26 @@ class BodyWriter {
   }
   void field(std::string_view name, const std::vector<std::string>& v, std::size_t count_max,
              std::size_t bytes_max) {
-    if (v.size() > count_max)
-      throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
-                                  " of " + std::to_string(v.size()) + " entries over the maximum " +
-                                  std::to_string(count_max));
-    w_.u32(static_cast<std::uint32_t>(v.size()));
+    count(name, v.size(), count_max);
     for (const std::string& e : v) field(name, e, bytes_max);
   }
   // A list of records, each written through its own fields().
   template <typename T, typename A>
   void field(std::string_view name, const std::vector<T, A>& v, std::size_t count_max) {
-    if (v.size() > count_max)
-      throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
-                                  " of " + std::to_string(v.size()) + " entries over the maximum " +
-                                  std::to_string(count_max));
-    w_.u32(static_cast<std::uint32_t>(v.size()));
+    count(name, v.size(), count_max);
     for (const T& e : v) T::fields(e, *this);
   }
 
  private:
+  // A list's count, refused over its maximum: our own message would break the peer's rule.
+  void count(std::string_view name, std::size_t n, std::size_t count_max) {
+    if (n > count_max)
+      throw std::invalid_argument("rig: " + std::string(message_) + " " + std::string(name) +
+                                  " of " + std::to_string(n) + " entries over the maximum " +
+                                  std::to_string(count_max));
+    w_.u32(static_cast<std::uint32_t>(n));
+  }
+
   std::string_view message_;
   BasicWriter<Out> w_;
 };
@@ -73,37 +74,36 @@ class BodyReader {
   }
   void field(std::string_view name, std::vector<std::string>& v, std::size_t count_max,
              std::size_t bytes_max) {
-    const std::uint32_t count = r_.u32(name);
-    if (!r_.ok()) return;
-    if (count > count_max) {
-      r_.fail(std::string(name) + " count " + std::to_string(count) + " over the maximum " +
-              std::to_string(count_max));
-      return;
-    }
+    const auto n = count(name, count_max);
     v.clear();
-    for (std::uint32_t i = 0; i < count && r_.ok(); ++i) v.push_back(r_.string(name, bytes_max));
+    for (std::uint32_t i = 0; i < n && r_.ok(); ++i) v.push_back(r_.string(name, bytes_max));
   }
   template <typename T, typename A>
   void field(std::string_view name, std::vector<T, A>& v, std::size_t count_max) {
-    const std::uint32_t count = r_.u32(name);
-    if (!r_.ok()) return;
-    if (count > count_max) {
-      r_.fail(std::string(name) + " count " + std::to_string(count) + " over the maximum " +
-              std::to_string(count_max));
-      return;
-    }
-    // Each record takes at least a byte, so a count beyond the bytes left is malformed before
-    // anything is allocated for it.
-    if (count > r_.remaining()) {
-      r_.fail(std::string(name) + " count " + std::to_string(count) + " past the end of the body");
-      return;
-    }
+    const auto n = count(name, count_max);
     v.clear();
-    v.reserve(count);
-    for (std::uint32_t i = 0; i < count && r_.ok(); ++i) T::fields(v.emplace_back(), *this);
+    v.reserve(n);
+    for (std::uint32_t i = 0; i < n && r_.ok(); ++i) T::fields(v.emplace_back(), *this);
   }
 
  private:
+  // A list's count, 0 once the body is malformed: over its maximum, or beyond the bytes left
+  // (every entry takes at least one), which is caught before anything is allocated for it.
+  std::uint32_t count(std::string_view name, std::size_t count_max) {
+    const std::uint32_t n = r_.u32(name);
+    if (!r_.ok()) return 0;
+    if (n > count_max) {
+      r_.fail(std::string(name) + " count " + std::to_string(n) + " over the maximum " +
+              std::to_string(count_max));
+      return 0;
+    }
+    if (n > r_.remaining()) {
+      r_.fail(std::string(name) + " count " + std::to_string(n) + " past the end of the body");
+      return 0;
+    }
+    return n;
+  }
+
   Reader& r_;
 };
 

@@ -116,6 +116,13 @@ TEST_SUITE("unit") {
     CHECK(round(frame(Closed::type, {1, 2})).error() ==
           "malformed message: CLOSED: 2 trailing bytes");
     CHECK(decode(Frame{0x7f, {}}).error() == "malformed message: unknown type 0x7f");
+    // A list's count is checked against its maximum and against the bytes left, for a list of
+    // strings as for a list of records, before anything is read or allocated for it.
+    const std::vector<std::uint8_t> you = cat({le32(1), std::vector<std::uint8_t>{'a'}});
+    CHECK(round(frame(Join::type, cat({you, le32(agents_max + 1)}))).error() ==
+          "malformed message: JOIN: names count 1025 over the maximum 1024");
+    CHECK(round(frame(Join::type, cat({you, le32(1000), le32(0)}))).error() ==
+          "malformed message: JOIN: names count 1000 past the end of the body");
   }
 
   TEST_CASE("the encoder refuses a field over its limit and leaves the output as it was") {
