@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "remote/io/guard.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
 #include "rig/program.hpp"
@@ -443,17 +444,26 @@ void AgentWork::watch() {
     uv_idle_start(&idle_, on_idle);
     return;
   }
-  on_idle(&idle_);
+  poll_running();
 }
 
-void AgentWork::on_idle(uv_idle_t* idle) {
+void AgentWork::on_idle(uv_idle_t* idle) noexcept {
   auto* self = static_cast<AgentWork*>(idle->data);
-  self->check_running();
-  if (!self->running_) {
-    uv_idle_stop(idle);
+  guard([self] { self->poll_running(); }, [self](const std::string& why) { self->fail(why); });
+}
+
+void AgentWork::on_async(uv_async_t* async) noexcept {
+  auto* self = static_cast<AgentWork*>(async->data);
+  guard([self] { self->check_running(); }, [self](const std::string& why) { self->fail(why); });
+}
+
+void AgentWork::poll_running() {
+  check_running();
+  if (!running_) {
+    uv_idle_stop(&idle_);
     return;
   }
-  if (now_us() - self->poll_since_us_ < completion_poll_us()) {
+  if (now_us() - poll_since_us_ < completion_poll_us()) {
     // The thread that publishes the work's end (a device's completion thread or worker) may share
     // this core, as in an agent confined to one CPU: let it run before polling again. With nothing
     // else to run, this returns at once.
@@ -461,19 +471,15 @@ void AgentWork::on_idle(uv_idle_t* idle) {
     return;
   }
   // Long work: stop polling and let a thread sleep on the timeline and wake the loop.
-  uv_idle_stop(idle);
-  if (!self->waiter_) {
-    self->waiter_ = std::make_shared<CompletionWaiter>();
-    self->waiter_->async = &self->async_;
-    std::thread(CompletionWaiter::run, self->waiter_).detach();
+  uv_idle_stop(&idle_);
+  if (!waiter_) {
+    waiter_ = std::make_shared<CompletionWaiter>();
+    waiter_->async = &async_;
+    std::thread(CompletionWaiter::run, waiter_).detach();
   }
-  std::lock_guard lock(self->waiter_->mu);
-  self->waiter_->task.emplace(self->running_->device, self->running_->local_value);
-  self->waiter_->cv.notify_all();
-}
-
-void AgentWork::on_async(uv_async_t* async) {
-  static_cast<AgentWork*>(async->data)->check_running();
+  std::lock_guard lock(waiter_->mu);
+  waiter_->task.emplace(running_->device, running_->local_value);
+  waiter_->cv.notify_all();
 }
 
 void AgentWork::check_running() {

@@ -118,8 +118,12 @@ class AgentWork {
   Device* device(std::uint32_t id, std::string_view message);
   Buffer* memory(std::uint64_t id, std::string_view message);
 
-  static void on_idle(uv_idle_t* idle);
-  static void on_async(uv_async_t* async);
+  // Polls the running work's timeline (on_idle), or hands it to the waiter thread once polling
+  // has run its budget.
+  void poll_running();
+
+  static void on_idle(uv_idle_t* idle) noexcept;
+  static void on_async(uv_async_t* async) noexcept;
 
   Reactor& reactor_;
   const std::vector<std::pair<std::string, Opener>>& kinds_;

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "remote/io/guard.hpp"
+
 namespace rig::remote {
 
 AcceptError classify_accept_error(int err) noexcept {
@@ -82,22 +84,40 @@ void Listener::stop() {
   }
 }
 
-void Listener::on_readable(uv_poll_t* handle, int status, int) {
+void Listener::on_readable(uv_poll_t* handle, int status, int) noexcept {
   auto* self = static_cast<Listener*>(handle->data);
-  if (status < 0) {
-    // The socket itself is in error (POLLERR): no accept will succeed on it.
-    self->stop();
-    self->events_.failed(uv_strerror(status));
-    return;
-  }
-  self->accept_some();
+  guard(
+      [self, status] {
+        if (status < 0) {
+          // The socket itself is in error (POLLERR): no accept will succeed on it.
+          self->stop();
+          self->events_.failed(uv_strerror(status));
+          return;
+        }
+        self->accept_some();
+      },
+      [self](const std::string& why) { self->threw(why); });
 }
 
-void Listener::on_retry(uv_timer_t* handle) {
+void Listener::on_retry(uv_timer_t* handle) noexcept {
   auto* self = static_cast<Listener*>(handle->data);
-  self->accept_some();
-  // Still short, stopped, or failed: nothing more to do here. Otherwise the poll takes over again.
-  if (!self->short_ && self->poll_open_) uv_poll_start(&self->poll_, UV_READABLE, on_readable);
+  guard(
+      [self] {
+        self->accept_some();
+        // Still short, stopped, or failed: nothing more to do here. Otherwise the poll takes over
+        // again.
+        if (!self->short_ && self->poll_open_) {
+          uv_poll_start(&self->poll_, UV_READABLE, on_readable);
+        }
+      },
+      [self](const std::string& why) { self->threw(why); });
+}
+
+void Listener::threw(const std::string& why) noexcept {
+  // What the job did with a connection (or an error of ours) threw: listening ends, and the job
+  // fails with the exception's text.
+  stop();
+  events_.failed(why);
 }
 
 void Listener::accept_some() {

@@ -41,7 +41,8 @@ class Listener {
     // Accepting failed for lack of resources (the errno); it is tried again after
     // accept_retry_ms. Called once when a shortage begins, not on each retry.
     std::function<void(int err)> short_of_resources;
-    // Accepting cannot go on (strerror's text); the listener has stopped.
+    // Accepting cannot go on (strerror's text, or the text of an exception that an `accepted`
+    // callback raised); the listener has stopped.
     std::function<void(const std::string& why)> failed;
   };
 
@@ -56,8 +57,9 @@ class Listener {
   void stop();
 
  private:
-  static void on_readable(uv_poll_t* handle, int status, int events);
-  static void on_retry(uv_timer_t* handle);
+  static void on_readable(uv_poll_t* handle, int status, int events) noexcept;
+  static void on_retry(uv_timer_t* handle) noexcept;
+  void threw(const std::string& why) noexcept;
   void accept_some();
 
   uv_loop_t* loop_;

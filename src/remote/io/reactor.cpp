@@ -95,7 +95,7 @@ void Reactor::note_activity() noexcept {
   if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&spin_))) uv_idle_start(&spin_, on_spin);
 }
 
-void Reactor::on_spin(uv_idle_t* handle) {
+void Reactor::on_spin(uv_idle_t* handle) noexcept {
   auto* r = static_cast<Reactor*>(handle->data);
   if (uv_hrtime() >= r->spin_until_ns_) {
     uv_idle_stop(handle);  // the loop sleeps in epoll again from its next turn
@@ -148,11 +148,11 @@ void Reactor::drain_commands() {
   if (!stopping_) uv_async_send(&async_);
 }
 
-void Reactor::on_async(uv_async_t* handle) {
+void Reactor::on_async(uv_async_t* handle) noexcept {
   static_cast<Reactor*>(handle->data)->drain_commands();
 }
 
-void Reactor::on_tick(uv_timer_t* handle) {
+void Reactor::on_tick(uv_timer_t* handle) noexcept {
   static_cast<Reactor*>(handle->data)->tick_now();
 }
 

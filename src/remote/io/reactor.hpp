@@ -69,9 +69,9 @@ class Reactor {
   void note_activity() noexcept;
 
  private:
-  static void on_async(uv_async_t* handle);
-  static void on_tick(uv_timer_t* handle);
-  static void on_spin(uv_idle_t* handle);
+  static void on_async(uv_async_t* handle) noexcept;
+  static void on_tick(uv_timer_t* handle) noexcept;
+  static void on_spin(uv_idle_t* handle) noexcept;
   void drain_commands();
 
   const Clock& clock_;
