@@ -80,6 +80,52 @@ class Owner final : public ConnectionOwner {
   std::string rename_to_;
 };
 
+// A transport that passes everything through, but once armed reports its next read one byte
+// longer than the buffer it was given: a bug inside a callback, which Connection's guard turns
+// into the connection's failure instead of std::terminate.
+class Liar final : public Transport, private TransportEvents {
+ public:
+  explicit Liar(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  bool armed = false;
+
+  bool dialing() const noexcept override { return inner_->dialing(); }
+  int start(TransportEvents& events) override {
+    events_ = &events;
+    return inner_->start(*this);
+  }
+  int read_start() override { return inner_->read_start(); }
+  void read_stop() override { inner_->read_stop(); }
+  int write(std::span<const Slice> slices) override { return inner_->write(slices); }
+  int shutdown() override { return inner_->shutdown(); }
+  void close() override { inner_->close(); }
+  void reset() override { inner_->reset(); }
+  std::size_t queued_bytes() const noexcept override { return inner_->queued_bytes(); }
+  bool send_state(TcpSendState& out) const noexcept override { return inner_->send_state(out); }
+  std::string peer_address() const override { return inner_->peer_address(); }
+
+ private:
+  void on_connected(int status) noexcept override { events_->on_connected(status); }
+  std::span<std::uint8_t> read_buffer(std::size_t suggested) noexcept override {
+    const auto b = events_->read_buffer(suggested);
+    given_ = b.size();
+    return b;
+  }
+  void on_read(std::size_t bytes) noexcept override {
+    events_->on_read(armed && bytes > 0 ? given_ + 1 : bytes);
+  }
+  void on_read_end(int status) noexcept override { events_->on_read_end(status); }
+  void on_written(int status) noexcept override { events_->on_written(status); }
+  void on_shutdown(int status) noexcept override { events_->on_shutdown(status); }
+  void on_closed() noexcept override { events_->on_closed(); }
+  void on_transport_error(const std::string& what) noexcept override {
+    events_->on_transport_error(what);
+  }
+
+  std::unique_ptr<Transport> inner_;
+  TransportEvents* events_ = nullptr;
+  std::size_t given_ = 0;
+};
+
 // A controller's connection to agent "h100-a" and the agent's to it, each over a fault decorator
 // on one end of an in-memory pair, proven to each other at `t0`.
 struct Ends {
@@ -88,7 +134,9 @@ struct Ends {
     auto p = net.connect("10.0.0.1:50000", "10.0.0.2:4123");
     ctl_end = p.dialer.get();
     agent_end = p.listener.get();
-    auto cf = std::make_unique<FaultTransport>(std::move(p.dialer), reactor);
+    auto liar = std::make_unique<Liar>(std::move(p.dialer));
+    ctl_liar = liar.get();
+    auto cf = std::make_unique<FaultTransport>(std::move(liar), reactor);
     auto af = std::make_unique<FaultTransport>(std::move(p.listener), reactor);
     ctl_faults = cf.get();
     agent_faults = af.get();
@@ -136,6 +184,7 @@ struct Ends {
   Owner agent_owner;
   MemoryTransport* ctl_end = nullptr;
   MemoryTransport* agent_end = nullptr;
+  Liar* ctl_liar = nullptr;
   FaultTransport* ctl_faults = nullptr;
   FaultTransport* agent_faults = nullptr;
   std::unique_ptr<Connection> ctl;
@@ -312,4 +361,17 @@ TEST_CASE("connection: a dial that cannot connect is refused, and the connection
   c.dial(net.unreachable(UV_ECONNREFUSED), Handshake::dialer(the_key(), dialer));
   net.pump();
   CHECK(owner.text() == "refused cannot connect: connection refused | closed");
+}
+
+TEST_CASE("connection: a throw inside a callback is the connection's failure, with its text") {
+  Ends j;
+  j.ctl_liar->armed = true;
+  j.advance(800);  // the agent's heartbeat arrives, and the controller's read of it throws
+  CHECK(j.ctl_owner.cause ==
+        "h100-a: rig: FrameDecoder::commit of 65537 bytes after prepare() gave 65536");
+  j.ctl_liar->armed = false;
+  j.finish();
+  CHECK(j.agent_owner.cause ==
+        "controller aborted: h100-a: rig: FrameDecoder::commit of 65537 bytes after prepare() gave "
+        "65536");
 }
