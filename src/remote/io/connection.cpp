@@ -1,15 +1,12 @@
 #include "remote/io/connection.hpp"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <uv.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "remote/io/address.hpp"
-#include "remote/io/tcp_state.hpp"
+#include "remote/io/guard.hpp"
+#include "remote/io/tcp_transport.hpp"
 #include "remote/wire/codec.hpp"
 
 namespace rig::remote {
@@ -37,14 +34,6 @@ std::string seconds_text(std::int64_t ms) {
   return std::to_string(ms / 1000) + "." + frac + " s";
 }
 
-struct Connection::Write {
-  uv_write_t req{};
-  Connection* conn = nullptr;
-  Bytes owned;
-  std::function<void()> done;
-  bool final_message = false;
-};
-
 Connection::Connection(Reactor& reactor, ConnectionOwner& owner, const Timing& timing,
                        std::string peer_name)
     : reactor_(reactor),
@@ -53,34 +42,50 @@ Connection::Connection(Reactor& reactor, ConnectionOwner& owner, const Timing& t
       peer_name_(std::move(peer_name)),
       liveness_(timing, reactor.now_ms()),
       started_ms_(reactor.now_ms()) {
-  uv_tcp_init(reactor_.loop(), &tcp_);
-  tcp_.data = this;
-  handle_open_ = true;
-  ticker_ = reactor_.add_ticker([this](std::int64_t now) { tick(now); });
+  ticker_ = reactor_.add_ticker([this](std::int64_t now) {
+    guard([&] { tick(now); }, [this](const std::string& what) { thrown(what); });
+  });
 }
 
 Connection::~Connection() {
   // The owner destroys a connection only after on_closed, or a reactor tears down without running
-  // (then nothing was ever opened beyond the handle, which the loop's close reclaims).
+  // (then the transport's handle was never started, or the loop's close reclaims it).
   if (ticker_ != 0) reactor_.remove_ticker(ticker_);
 }
 
 void Connection::dial(const sockaddr* address, Handshake hs) {
+  dial(TcpTransport::dial(reactor_.loop(), address, timing_.tcp_user_timeout_ms), std::move(hs));
+}
+
+int Connection::adopt(int fd, Handshake hs) {
+  return adopt(TcpTransport::adopt(reactor_.loop(), fd, timing_.tcp_user_timeout_ms),
+               std::move(hs));
+}
+
+void Connection::dial(std::unique_ptr<Transport> transport, Handshake hs) {
+  if (transport_ || !transport || !transport->dialing()) {
+    throw std::invalid_argument("rig: Connection::dial needs a dialing transport, once");
+  }
+  transport_ = std::move(transport);
   handshake_.emplace(std::move(hs));
   state_ = State::connecting;
-  connect_req_.data = this;
-  const int rc = uv_tcp_connect(&connect_req_, &tcp_, address, on_connect);
+  const int rc = transport_->start(*this);
+  handle_open_ = true;
   if (rc != 0) {
     owner_.on_refused(*this, "cannot connect: " + uv_text(rc));
     close_handle();
   }
 }
 
-int Connection::adopt(int fd, Handshake hs) {
+int Connection::adopt(std::unique_ptr<Transport> transport, Handshake hs) {
+  if (transport_ || !transport || transport->dialing()) {
+    throw std::invalid_argument("rig: Connection::adopt needs a connected transport, once");
+  }
+  transport_ = std::move(transport);
   handshake_.emplace(std::move(hs));
-  const int rc = uv_tcp_open(&tcp_, fd);
+  const int rc = transport_->start(*this);
+  handle_open_ = true;
   if (rc != 0) {
-    ::close(fd);  // the handle never took it, so its close would not
     close_handle();
     return rc;
   }
@@ -88,23 +93,47 @@ int Connection::adopt(int fd, Handshake hs) {
   return 0;
 }
 
-void Connection::on_connect(uv_connect_t* req, int status) {
-  auto* c = static_cast<Connection*>(req->data);
-  if (c->state_ != State::connecting) return;  // closed while the connect was pending
-  if (status != 0) {
-    c->owner_.on_refused(*c, "cannot connect: " + uv_text(status));
-    c->close_handle();
-    return;
+void Connection::thrown(const std::string& what) noexcept {
+  switch (state_) {
+    case State::connecting:
+    case State::handshaking:
+      owner_.on_refused(*this, what);
+      close_handle();
+      return;
+    case State::open:
+      fail(peer_name_ + ": " + what);
+      return;
+    case State::ending:
+      close_handle();
+      return;
+    default:
+      return;
   }
-  c->start();
+}
+
+void Connection::on_transport_error(const std::string& what) noexcept {
+  thrown(what);
+}
+
+void Connection::on_connected(int status) noexcept {
+  guard(
+      [&] {
+        if (state_ != State::connecting) return;  // closed while the connect was pending
+        if (status != 0) {
+          owner_.on_refused(*this, "cannot connect: " + uv_text(status));
+          close_handle();
+          return;
+        }
+        start();
+      },
+      [this](const std::string& what) { thrown(what); });
 }
 
 void Connection::start() {
   state_ = State::handshaking;
   started_ms_ = reactor_.now_ms();
   liveness_.received(started_ms_);
-  tune_socket();
-  const int rc = uv_read_start(reinterpret_cast<uv_stream_t*>(&tcp_), on_alloc, on_read);
+  const int rc = transport_->read_start();
   if (rc != 0) {
     owner_.on_refused(*this, "cannot read: " + uv_text(rc));
     close_handle();
@@ -113,92 +142,88 @@ void Connection::start() {
   flush_handshake();  // a listener's greeting
 }
 
-void Connection::tune_socket() {
-  uv_tcp_nodelay(&tcp_, 1);
-  uv_os_fd_t fd;
-  if (uv_fileno(reinterpret_cast<uv_handle_t*>(&tcp_), &fd) == 0) {
-    // The kernel's backstop: unacknowledged data older than this ends the connection even if the
-    // loop were stuck. Above every rig deadline, so rig's own cause always comes first.
-    const unsigned int ms = static_cast<unsigned int>(timing_.tcp_user_timeout_ms);
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
-  }
+std::span<std::uint8_t> Connection::read_buffer(std::size_t) noexcept {
+  std::span<std::uint8_t> out;
+  guard(
+      [&] {
+        if (state_ == State::open && !sink_.empty()) {
+          const std::size_t n = std::min(sink_.size() - sink_done_, sink_read_bytes_max);
+          out = sink_.subspan(sink_done_, n);
+          return;
+        }
+        if (state_ == State::open) {
+          out = decoder_.prepare(read_chunk_bytes);
+          return;
+        }
+        handshake_buf_.resize(read_chunk_bytes);
+        out = handshake_buf_;
+      },
+      [this](const std::string& what) { thrown(what); });
+  return out;
 }
 
-void Connection::on_alloc(uv_handle_t* h, std::size_t, uv_buf_t* buf) {
-  auto* c = static_cast<Connection*>(h->data);
-  if (c->state_ == State::open && !c->sink_.empty()) {
-    const std::size_t n = std::min(c->sink_.size() - c->sink_done_, sink_read_bytes_max);
-    *buf = uv_buf_init(reinterpret_cast<char*>(c->sink_.data() + c->sink_done_),
-                       static_cast<unsigned>(n));
-    return;
-  }
-  if (c->state_ == State::open) {
-    const auto space = c->decoder_.prepare(read_chunk_bytes);
-    *buf = uv_buf_init(reinterpret_cast<char*>(space.data()), static_cast<unsigned>(space.size()));
-    return;
-  }
-  c->handshake_buf_.resize(read_chunk_bytes);
-  *buf = uv_buf_init(reinterpret_cast<char*>(c->handshake_buf_.data()),
-                     static_cast<unsigned>(c->handshake_buf_.size()));
+void Connection::on_read(std::size_t bytes) noexcept {
+  guard([&] { received(bytes); }, [this](const std::string& what) { thrown(what); });
 }
 
-void Connection::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
-  auto* c = static_cast<Connection*>(s->data);
-  if (n == 0) {
-    if (c->state_ == State::open) c->decoder_.commit(0);
+void Connection::received(std::size_t bytes) {
+  if (bytes == 0) {
+    if (state_ == State::open) decoder_.commit(0);
     return;
   }
-  const std::int64_t now = c->reactor_.now_ms();
-  if (n < 0) {
-    if (c->state_ == State::open) c->decoder_.commit(0);
-    const bool eof = n == UV_EOF;
-    c->peer_ended_ = eof;
-    uv_read_stop(s);
-    switch (c->state_) {
-      case State::handshaking:
-        c->handshake_->end_of_input();
-        c->owner_.on_refused(
-            *c, c->handshake_->done() && c->handshake_->state() == Handshake::State::refused
-                    ? c->handshake_->why()
-                    : "closed the connection during the handshake");
-        c->close_handle();
-        return;
-      case State::open:
-        // A reset is the peer's close too (with our bytes unread, or by its process's death).
-        c->fail(c->peer_name_ + (eof || n == UV_ECONNRESET
-                                     ? ": closed its connection"
-                                     : ": connection failed: " + uv_text(static_cast<int>(n))));
-        return;
-      case State::ending:
-        // The peer has ended its side too (or the connection broke): close once our own final
-        // bytes have left, which the shutdown's completion tells.
-        if (!eof || c->shutdown_done_) c->close_handle();
-        return;
-      default:
-        return;
-    }
-  }
-  c->liveness_.received(now);
-  const auto bytes = static_cast<std::size_t>(n);
-  switch (c->state_) {
+  liveness_.received(reactor_.now_ms());
+  switch (state_) {
     case State::handshaking:
-      c->handshake_bytes({reinterpret_cast<const std::uint8_t*>(buf->base), bytes});
+      handshake_bytes({handshake_buf_.data(), bytes});
       return;
     case State::open:
-      if (!c->sink_.empty()) {
-        c->sink_done_ += bytes;
-        if (c->sink_done_ < c->sink_.size()) return;
-        const std::size_t placed = c->sink_.size();
-        c->sink_ = {};
-        c->reactor_.note_activity();
-        c->owner_.on_bulk_placed(*c, c->sink_type_, placed);
+      if (!sink_.empty()) {
+        sink_done_ += bytes;
+        if (sink_done_ < sink_.size()) return;
+        const std::size_t placed = sink_.size();
+        sink_ = {};
+        reactor_.note_activity();
+        owner_.on_bulk_placed(*this, sink_type_, placed);
         return;
       }
-      c->decoder_.commit(bytes);
-      c->frame_bytes();
+      decoder_.commit(bytes);
+      frame_bytes();
       return;
     default:
       return;  // ending: what arrives now is read only so that the close resets nothing
+  }
+}
+
+void Connection::on_read_end(int status) noexcept {
+  guard([&] { read_ended(status); }, [this](const std::string& what) { thrown(what); });
+}
+
+void Connection::read_ended(int status) {
+  if (state_ == State::open) decoder_.commit(0);
+  const bool eof = status == UV_EOF;
+  peer_ended_ = eof;
+  switch (state_) {
+    case State::handshaking:
+      handshake_->end_of_input();
+      owner_.on_refused(*this,
+                        handshake_->done() && handshake_->state() == Handshake::State::refused
+                            ? handshake_->why()
+                            : "closed the connection during the handshake");
+      close_handle();
+      return;
+    case State::open:
+      // A reset is the peer's close too (with our bytes unread, or by its process's death).
+      fail(peer_name_ + (eof || status == UV_ECONNRESET
+                             ? ": closed its connection"
+                             : ": connection failed: " + uv_text(status)));
+      return;
+    case State::ending:
+      // The peer has ended its side too (or the connection broke): close once our own final
+      // bytes have left, which the shutdown's completion tells.
+      if (!eof || shutdown_done_) close_handle();
+      return;
+    default:
+      return;
   }
 }
 
@@ -313,75 +338,49 @@ void Connection::send_pieces(Bytes owned, std::span<const Piece> pieces,
 
 void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
                                std::function<void()> done) {
-  auto* stream = reinterpret_cast<uv_stream_t*>(&tcp_);
-  std::vector<uv_buf_t> bufs;
-  bufs.reserve(pieces.empty() ? 1 : pieces.size());
-  auto add = [&bufs](const std::uint8_t* p, std::size_t n) {
-    if (n > 0) {
-      bufs.push_back(uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(p)),
-                                 static_cast<unsigned>(n)));
-    }
-  };
-  if (pieces.empty()) add(owned.data(), owned.size());
+  slices_.clear();
+  if (pieces.empty()) slices_.push_back({owned.data(), owned.size()});
   for (const Piece& piece : pieces) {
-    add(piece.external != nullptr ? piece.external : owned.data() + piece.offset, piece.bytes);
+    slices_.push_back(
+        {piece.external != nullptr ? piece.external : owned.data() + piece.offset, piece.bytes});
   }
   const std::int64_t now = reactor_.now_ms();
   const bool final_message = final_message_pending_;
   final_message_pending_ = false;
-  std::size_t first = 0;
-  if (writes_pending_ == 0) {
-    // The fast path: straight into the socket, one syscall, no request and no epoll change.
-    const int rc = uv_try_write(stream, bufs.data(), static_cast<unsigned>(bufs.size()));
-    std::size_t written = rc > 0 ? static_cast<std::size_t>(rc) : 0;
-    if (rc < 0 && rc != UV_EAGAIN) {
-      if (done) done();
-      broken(rc);
-      return;
-    }
-    std::size_t total = 0;
-    for (const uv_buf_t& b : bufs) total += b.len;
-    if (written == total) {
-      liveness_.sent(now);
-      if (final_message) ended_ms_ = now;
-      if (done) done();
-      return;
-    }
-    // Skip what went out; the rest goes through a request.
-    while (written >= bufs[first].len) written -= bufs[first++].len;
-    bufs[first].base += written;
-    bufs[first].len -= static_cast<unsigned>(written);
-  }
-  auto* w = new Write();
-  w->conn = this;
-  w->done = std::move(done);
-  w->final_message = final_message;
-  // Moving the vector keeps its buffer where it is, so bufs still point at the right bytes.
-  w->owned = std::move(owned);
-  w->req.data = w;
-  const int rc = uv_write(&w->req, stream, bufs.data() + first,
-                          static_cast<unsigned>(bufs.size() - first), on_write);
-  if (rc != 0) {
-    if (w->done) w->done();
-    delete w;
+  // The transport writes at once what it can (over TCP one writev, no request) and queues the rest.
+  const int rc = transport_->write(slices_);
+  if (rc < 0) {
+    if (done) done();
     broken(rc);
     return;
   }
-  if (writes_pending_++ == 0 && sending_watch_) sending_watch_(true);
+  if (rc != write_queued) {
+    liveness_.sent(now);
+    if (final_message) ended_ms_ = now;
+    if (done) done();
+    return;
+  }
+  // Moving the vector keeps its buffer where it is, so the slices still point at the right bytes.
+  writes_.push_back({std::move(owned), std::move(done), final_message});
+  if (writes_.size() == 1 && sending_watch_) sending_watch_(true);
   liveness_.backlog(now);
 }
 
-void Connection::on_write(uv_write_t* req, int status) {
-  auto* w = static_cast<Write*>(req->data);
-  Connection* c = w->conn;
-  if (--c->writes_pending_ == 0 && c->sending_watch_) c->sending_watch_(false);
-  const std::int64_t now = c->reactor_.now_ms();
-  c->liveness_.sent(now);
-  c->liveness_.progress(now, c->writes_pending_ > 0);
-  if (w->final_message) c->ended_ms_ = now;
-  if (w->done) w->done();
-  delete w;
-  if (status != 0 && status != UV_ECANCELED) c->broken(status);
+void Connection::on_written(int status) noexcept {
+  guard([&] { written(status); }, [this](const std::string& what) { thrown(what); });
+}
+
+void Connection::written(int status) {
+  if (writes_.empty()) return;  // a transport's bug; nothing waits for it
+  Write w = std::move(writes_.front());
+  writes_.pop_front();
+  if (writes_.empty() && sending_watch_) sending_watch_(false);
+  const std::int64_t now = reactor_.now_ms();
+  liveness_.sent(now);
+  liveness_.progress(now, !writes_.empty());
+  if (w.final_message) ended_ms_ = now;
+  if (w.done) w.done();
+  if (status != 0 && status != UV_ECANCELED) broken(status);
 }
 
 void Connection::broken(int code) {
@@ -402,17 +401,15 @@ void Connection::broken(int code) {
 }
 
 std::string Connection::peer_address() const {
-  sockaddr_storage a{};
-  int len = sizeof a;
-  if (uv_tcp_getpeername(&tcp_, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
-  return sockaddr_text(a);
+  return transport_ ? transport_->peer_address() : "?";
 }
 
 std::size_t Connection::backlog_bytes() const noexcept {
-  return uv_stream_get_write_queue_size(reinterpret_cast<const uv_stream_t*>(&tcp_));
+  return transport_ ? transport_->queued_bytes() : 0;
 }
 
 void Connection::tick(std::int64_t now) {
+  if (!transport_) return;  // not dialed or adopted yet
   switch (state_) {
     case State::connecting:
     case State::handshaking:
@@ -426,11 +423,9 @@ void Connection::tick(std::int64_t now) {
       // Progress is what the peer acknowledges: bytes waiting in the kernel count as much as
       // those still queued here, so a peer that stops reading is caught whatever we send.
       const std::size_t backlog = backlog_bytes();
-      uv_os_fd_t fd;
       TcpSendState kernel{0, 0};
-      const bool known = uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd) == 0 &&
-                         tcp_send_state(fd, kernel);
-      const bool waiting = backlog > 0 || writes_pending_ > 0 || kernel.queued_bytes > 0;
+      const bool known = transport_->send_state(kernel);
+      const bool waiting = backlog > 0 || !writes_.empty() || kernel.queued_bytes > 0;
       if (known && kernel.acked_bytes != last_acked_) {
         last_acked_ = kernel.acked_bytes;
         liveness_.progress(now, waiting);
@@ -494,17 +489,17 @@ void Connection::end(const std::optional<Message>& final_message) {
     if (state_ != State::open) return;  // the write failed and closed the connection
   }
   state_ = State::ending;
-  shutdown_req_.data = this;
-  if (uv_shutdown(&shutdown_req_, reinterpret_cast<uv_stream_t*>(&tcp_), on_shutdown) != 0) {
-    close_handle();
-  }
+  if (transport_->shutdown() != 0) close_handle();
 }
 
-void Connection::on_shutdown(uv_shutdown_t* req, int) {
+void Connection::on_shutdown(int) noexcept {
   // Our side is ended once every queued write has gone; if the peer's has too, nothing is left.
-  auto* c = static_cast<Connection*>(req->data);
-  c->shutdown_done_ = true;
-  if (c->peer_ended_ && c->state_ == State::ending) c->close_handle();
+  guard(
+      [&] {
+        shutdown_done_ = true;
+        if (peer_ended_ && state_ == State::ending) close_handle();
+      },
+      [this](const std::string& what) { thrown(what); });
 }
 
 void Connection::drain_check(std::int64_t now) {
@@ -526,13 +521,12 @@ void Connection::close_handle() {
     reactor_.remove_ticker(ticker_);
     ticker_ = 0;
   }
-  uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), on_close);
+  transport_->close();
 }
 
-void Connection::on_close(uv_handle_t* h) {
-  auto* c = static_cast<Connection*>(h->data);
-  c->state_ = State::closed;
-  c->owner_.on_closed(*c);  // may destroy c
+void Connection::on_closed() noexcept {
+  state_ = State::closed;
+  owner_.on_closed(*this);  // may destroy this
 }
 
 }  // namespace rig::remote

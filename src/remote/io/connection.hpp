@@ -1,10 +1,13 @@
-// One TCP connection between two processes of a job: the handshake, framing, heartbeats and
+// One connection between two processes of a job: the handshake, framing, heartbeats and
 // deadlines, the write queue, and the orderly or failed ending (abort, half-close, drain, close).
+// It speaks to its byte stream only through a Transport (transport.hpp): TCP in real jobs, memory
+// in tests and simulations.
 #pragma once
 
-#include <uv.h>
+#include <sys/socket.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -15,6 +18,7 @@
 #include "remote/io/liveness.hpp"
 #include "remote/io/reactor.hpp"
 #include "remote/io/timing.hpp"
+#include "remote/io/transport.hpp"
 #include "remote/trust/handshake.hpp"
 #include "remote/wire/frame.hpp"
 #include "remote/wire/messages.hpp"
@@ -25,7 +29,7 @@ namespace rig::remote {
 class Connection;
 
 // What a connection reports to the job it belongs to. Every call comes on the loop thread from
-// inside a libuv callback; none may throw.
+// inside a callback of its transport or of the reactor; none may throw.
 class ConnectionOwner {
  public:
   virtual ~ConnectionOwner() = default;
@@ -57,9 +61,10 @@ class ConnectionOwner {
 };
 
 // Owner: a job (through its ConnectionOwner), which destroys it after on_closed. Threads: the loop
-// thread only. Lifetime: from dial() or adopt() to on_closed; libuv's handle lives inside, so the
-// object must not move or die before then.
-class Connection {
+// thread only. Lifetime: from dial() or adopt() to on_closed; it owns its transport, whose handle
+// must not move or die before then. dial() or adopt() must follow the construction at once: a
+// connection without a transport has nothing that could report its close.
+class Connection final : private TransportEvents {
  public:
   enum class State : std::uint8_t {
     connecting,   // dialing: the TCP connect is pending
@@ -75,10 +80,15 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Dials `address` (resolved already) and proves the key as `hs`'s dialer.
+  // Connects over `transport`, one that is dialing (Transport::dialing), and proves the key as
+  // `hs`'s dialer. A failure to connect is the handshake's refusal ("cannot connect: ...").
+  void dial(std::unique_ptr<Transport> transport, Handshake hs);
+  // Takes over `transport`, connected already (a socket or an in-memory end a listener accepted),
+  // and proves the key as `hs`'s listener. Returns 0, or an error code: the connection then closes
+  // itself and the transport.
+  int adopt(std::unique_ptr<Transport> transport, Handshake hs);
+  // The same over TCP: dials `address` (resolved already), or takes over `fd`.
   void dial(const sockaddr* address, Handshake hs);
-  // Takes over `fd`, a socket a listener accepted, and proves the key as `hs`'s listener.
-  // Returns a libuv error code (the connection then closes itself and the socket).
   int adopt(int fd, Handshake hs);
 
   // Queues `m` behind everything queued before it. Only while open.
@@ -117,7 +127,7 @@ class Connection {
   std::string peer_address() const;
   // Bytes queued to send and not yet handed to the kernel.
   std::size_t backlog_bytes() const noexcept;
-  // Called with true when a write could not go to the kernel whole and waits in libuv's queue,
+  // Called with true when a write could not go to the kernel whole and waits in the transport,
   // and with false once that queue is empty again: while true, the connection "is sending".
   void set_sending_watch(std::function<void(bool sending)> watch) {
     sending_watch_ = std::move(watch);
@@ -127,17 +137,30 @@ class Connection {
   std::uint64_t tag = 0;
 
  private:
-  struct Write;
-  static void on_connect(uv_connect_t* req, int status);
-  static void on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
-  static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf);
-  static void on_write(uv_write_t* req, int status);
-  static void on_shutdown(uv_shutdown_t* req, int status);
-  static void on_close(uv_handle_t* h);
+  // A write that waits in the transport, until its on_written: what it writes from, and who waits.
+  struct Write {
+    Bytes owned;
+    std::function<void()> done;
+    bool final_message;
+  };
 
-  void start();  // after the TCP connection exists: socket options, reading, the handshake
-  void tune_socket();
-  void on_bytes(std::span<const std::uint8_t> bytes);
+  // TransportEvents: each runs its body through guard(), a throw becoming thrown().
+  void on_connected(int status) noexcept override;
+  std::span<std::uint8_t> read_buffer(std::size_t suggested) noexcept override;
+  void on_read(std::size_t bytes) noexcept override;
+  void on_read_end(int status) noexcept override;
+  void on_written(int status) noexcept override;
+  void on_shutdown(int status) noexcept override;
+  void on_closed() noexcept override;
+  void on_transport_error(const std::string& what) noexcept override;
+  // What an exception thrown in a callback means now: during the handshake its refusal, once
+  // open the connection's failure ("NAME: what"), while ending the close.
+  void thrown(const std::string& what) noexcept;
+
+  void start();  // once the transport is connected: reading, then the handshake
+  void received(std::size_t bytes);
+  void read_ended(int status);
+  void written(int status);
   void handshake_bytes(std::span<const std::uint8_t> bytes);
   void frame_bytes();
   // Asks the owner where a partly received bulk frame's body goes, and reads it there if it can.
@@ -156,9 +179,7 @@ class Connection {
   ConnectionOwner& owner_;
   const Timing timing_;
   std::string peer_name_;
-  uv_tcp_t tcp_{};
-  uv_connect_t connect_req_{};
-  uv_shutdown_t shutdown_req_{};
+  std::unique_ptr<Transport> transport_;
   State state_ = State::connecting;
   std::optional<Handshake> handshake_;
   std::vector<std::uint8_t> handshake_buf_;
@@ -171,7 +192,8 @@ class Connection {
   std::int64_t started_ms_;
   std::int64_t ended_ms_ = 0;  // when this side ended, or its final message left, if later
   std::uint64_t ticker_ = 0;
-  std::size_t writes_pending_ = 0;
+  std::deque<Write> writes_;   // those waiting in the transport, oldest first: they finish in order
+  std::vector<Slice> slices_;  // one write's slices, kept for the next write
   std::size_t last_backlog_ = 0;
   std::uint64_t last_acked_ = 0;
   bool final_message_pending_ = false;
@@ -179,7 +201,7 @@ class Connection {
   bool shutdown_done_ = false;
   bool end_when_proven_ = false;  // end() came during the handshake, with a final message
   std::optional<Message> final_when_proven_;
-  bool handle_open_ = false;
+  bool handle_open_ = false;  // a transport is there and not yet closing
   std::function<void(bool)> sending_watch_;
 };
 
