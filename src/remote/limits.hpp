@@ -1,5 +1,6 @@
-// Every limit and constant of the remote layer's wire, keys and handshake, with its unit, in one
-// place. A peer's input is checked against these with ordinary code that stays in release builds.
+// Every limit and constant of the remote layer (wire, keys, handshake, flow control, staging), with
+// its unit, in one place. A peer's input is checked against these with ordinary code that stays in
+// release builds.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +52,14 @@ inline constexpr std::size_t wire_reaches_max = wire_devices_max * wire_devices_
 inline constexpr std::size_t chunk_bytes = 1 * MiB;
 // A program sent to an agent: as large as a rig.program file may be read.
 inline constexpr std::uint64_t program_bytes_max = 4ull * 1024 * MiB;
+
+// Flow control: a remote device holds at most this much work that its agent has not reported
+// reached; a submit beyond it waits. Bounds the memory a fast controller can pile up at a slow
+// agent (docs/remote.md, "Remote devices").
+inline constexpr std::uint64_t inflight_bytes_max = 64 * MiB;
+// What a submission's part counts in that bound besides the bytes it copies (and what the
+// submission itself counts): its share of the message.
+inline constexpr std::uint64_t part_overhead_bytes = 128;
 
 // A connection that has not proven the key by then is dropped (the reactor's deadline).
 inline constexpr std::uint64_t handshake_timeout_ms = 10'000;

@@ -122,13 +122,13 @@ void set_agent_log(std::function<void(const std::string&)> log) {
 namespace {
 
 // Owner: serve, on its stack. Threads: the loop thread, which is serve's caller. Lifetime: serve's.
-class AgentJob final : public JobCore {
+class AgentJob final : public JobProtocol {
  public:
   // Takes over `listen_fd`, a listening socket, and closes it when listening stops. `where` names
   // it in errors ("HOST:PORT"); `kinds` are serve's openers.
   AgentJob(Reactor& reactor, const Timing& timing, const Key& key, int listen_fd, std::string where,
            const std::vector<std::pair<std::string, Opener>>& kinds)
-      : JobCore(reactor, timing, key, process_instance()),
+      : JobProtocol(reactor, timing, key, process_instance()),
         where_(std::move(where)),
         listener_(
             reactor.loop(), listen_fd,
@@ -233,7 +233,7 @@ class AgentJob final : public JobCore {
   void on_job_bulk(Connection& c, std::uint8_t type,
                    std::span<const std::uint8_t> bytes) noexcept override {
     if (c.tag != controller_tag || type != Payload::type || !ready_sent_) {
-      return JobCore::on_job_bulk(c, type, bytes);
+      return JobProtocol::on_job_bulk(c, type, bytes);
     }
     work_.payload(bytes.size(), bytes.data());
   }

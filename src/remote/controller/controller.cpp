@@ -1,22 +1,25 @@
-// The controller's side of a job: connect, the job's start (dial, prove, JOIN, READY), its hosts,
-// close, and the process's exit.
-#include <sys/socket.h>
+// The controller's public calls: connect (and launched's start of a job), devices, a Job's hosts,
+// failed and close, and the process's exit, which waits for its last job.
+#include "remote/controller/controller.hpp"
+
 #include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "core/device.hpp"
 #include "core/registry.hpp"
 #include "core/signals.hpp"
-#include "remote/controller/controller.hpp"
+#include "remote/controller/job_state.hpp"
+#include "remote/controller/post.hpp"
+#include "remote/controller/protocol.hpp"
+#include "remote/controller/protocol_link.hpp"
+#include "remote/controller/proxy.hpp"
 #include "remote/controller/runtime.hpp"
 #include "remote/io/address.hpp"
-#include "remote/job/report.hpp"
+#include "remote/job/process.hpp"
 
 namespace rig::remote {
 namespace {
@@ -38,354 +41,6 @@ std::map<std::string, int>& address_uses() {
 
 }  // namespace
 
-// ---- ControllerJob
-
-ControllerJob::ControllerJob(Reactor& reactor, const Timing& timing, Key key,
-                             std::shared_ptr<JobState> state, std::vector<Member> members)
-    : JobCore(reactor, timing, std::move(key), process_instance()),
-      state_(std::move(state)),
-      members_(std::move(members)),
-      id_(new_job_id()) {
-  ticker_ = reactor_.add_ticker([this](std::int64_t now) { tick(now); });
-}
-
-ControllerJob::~ControllerJob() {
-  reactor_.remove_ticker(ticker_);
-}
-
-void ControllerJob::start() {
-  state_->sending = std::make_unique<std::atomic<bool>[]>(members_.size());
-  state_->sending_count = members_.size();
-  for (std::size_t i = 0; i < members_.size(); ++i) {
-    Connection& c = add_connection(members_[i].name);
-    c.tag = i;
-    c.set_sending_watch([state = state_.get(), i](bool sending) {
-      state->sending[i].store(sending, std::memory_order_release);
-      if (!sending) {
-        state->send_progress.fetch_add(1, std::memory_order_release);
-        state->send_progress.notify_all();
-      }
-    });
-    members_[i].connection = &c;
-    DialerConfig config{Role::controller, "controller", id_, members_[i].name, instance_};
-    c.dial(reinterpret_cast<const sockaddr*>(&members_[i].address),
-           Handshake::dialer(key_, std::move(config)));
-  }
-}
-
-void ControllerJob::on_refused(Connection& c, const std::string& why) noexcept {
-  fail(c.peer_name() + ": " + why);
-}
-
-void ControllerJob::on_proven(Connection& c) noexcept {
-  if (has_failed()) return;
-  if (++proven_ < members_.size()) return;
-  // Every agent is in: tell each who the others are, so that they connect to each other.
-  Join join;
-  for (const Member& m : members_) {
-    join.names.push_back(m.name);
-    join.addresses.push_back(m.dial_text);
-  }
-  for (Member& m : members_) {
-    join.you = m.name;
-    m.connection->send(join);
-  }
-  join_sent_ms_ = reactor_.now_ms();
-  (void)c;
-}
-
-void ControllerJob::on_job_message(Connection& c, Message&& m) noexcept {
-  Member& member = members_[c.tag];
-  if (auto* ready = std::get_if<Ready>(&m)) {
-    if (member.ready) return fail(c.peer_name() + ": malformed message: READY twice");
-    member.ready = true;
-    member.host_arch = ready->host_arch;
-    member.host_budget = ready->host_budget;
-    if (++ready_ == members_.size()) started();
-    return;
-  }
-  if (!member.host && !std::holds_alternative<Closed>(m)) {
-    const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
-    return fail(c.peer_name() + ": malformed message: " + std::string(name) + " before READY");
-  }
-  if (std::holds_alternative<Reached>(m))
-    return answer(c, member, Expect::Kind::reached, std::move(m));
-  if (std::holds_alternative<Opened>(m))
-    return answer(c, member, Expect::Kind::opened, std::move(m));
-  if (std::holds_alternative<Made>(m)) return answer(c, member, Expect::Kind::made, std::move(m));
-  if (std::holds_alternative<Loaded>(m))
-    return answer(c, member, Expect::Kind::loaded, std::move(m));
-  if (std::holds_alternative<Closed>(m)) {
-    // The agent has let go of the job and stopped listening; now both ends close the connection.
-    member.closed = true;
-    c.end(std::nullopt);
-    return;
-  }
-  const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
-  fail(c.peer_name() + ": malformed message: " + std::string(name) + " is not one an agent sends");
-}
-
-void ControllerJob::started() {
-  std::vector<Device> hosts;
-  for (std::size_t i = 0; i < members_.size(); ++i) {
-    auto core = std::make_shared<rig::detail::DeviceCore>(rig::detail::DeviceInfo{
-        Kind::cpu, "CPU@" + members_[i].name, members_[i].host_arch, members_[i].host_budget});
-    core->attach(std::make_unique<RemoteDriver>(state_, i, 0));
-    members_[i].host = core;
-    members_[i].devices[0] = core;
-    try {
-      rig::detail::Registry::get().add(core);
-    } catch (const Lost& e) {
-      fail(e.what());
-      return;
-    }
-    hosts.push_back(Device(core));
-  }
-  {
-    std::lock_guard lock(state_->mu);
-    state_->hosts = std::move(hosts);
-  }
-  state_->report_started_line();
-  state_->started.set();
-}
-
-void ControllerJob::send(std::size_t index, Bytes owned,
-                         rig::detail::PoolVector<Connection::Piece> pieces,
-                         std::optional<Expect> expect, std::shared_ptr<const void> keep) {
-  Member* m = index < members_.size() ? &members_[index] : nullptr;
-  if (has_failed() || closing_ || m == nullptr || m->connection == nullptr ||
-      m->connection->state() != Connection::State::open) {
-    if (expect && expect->reply) {
-      const auto cause = outcome()->cause();
-      expect->reply->failed = cause ? *cause : "the job has closed";
-      expect->reply->done.set();
-    }
-    return;
-  }
-  if (expect) {
-    if (expect->kind == Expect::Kind::reached) {
-      auto device = m->devices.find(expect->device_id);
-      if (device == m->devices.end()) return;  // not a device of this job: cannot happen
-      expect->device = device->second;
-    }
-    m->expects.push_back(std::move(*expect));
-  }
-  std::function<void()> done;
-  if (keep) done = [keep = std::move(keep)] {};
-  m->connection->send_pieces(std::move(owned), pieces, std::move(done));
-}
-
-namespace {
-const char* expect_name(Expect::Kind k) {
-  switch (k) {
-    case Expect::Kind::reached:
-      return "REACHED";
-    case Expect::Kind::opened:
-      return "OPENED";
-    case Expect::Kind::made:
-      return "MADE";
-    case Expect::Kind::loaded:
-      return "LOADED";
-  }
-  return "?";
-}
-}  // namespace
-
-void ControllerJob::answer(Connection& c, Member& member, Expect::Kind kind, Message&& m) {
-  const std::string bad = c.peer_name() + ": malformed message: ";
-  if (member.expects.empty() || member.expects.front().kind != kind) {
-    return fail(bad + expect_name(kind) + " where " +
-                (member.expects.empty() ? std::string("nothing")
-                                        : std::string(expect_name(member.expects.front().kind))) +
-                " was due");
-  }
-  Expect& e = member.expects.front();
-  if (kind == Expect::Kind::reached) {
-    const auto& r = std::get<Reached>(m);
-    if (r.device != e.device_id || r.value != e.value) {
-      return fail(bad + "REACHED device " + std::to_string(r.device) + " value " +
-                  std::to_string(r.value) + " where device " + std::to_string(e.device_id) +
-                  " value " + std::to_string(e.value) + " was due");
-    }
-    if (e.copy_index < e.copies.size()) {
-      return fail(bad + "REACHED value " + std::to_string(r.value) + " before the bytes of its " +
-                  "copies into this process's memory");
-    }
-    // The copies' bytes are in place: the value may now say so (release order, in publish).
-    e.device->timeline().publish(e.value);
-    static_cast<RemoteDriver&>(e.device->driver()).reached(e.inflight_bytes);
-    member.expects.pop_front();  // drops the work, and with it the last use of its buffers
-    return;
-  }
-  std::vector<Device> devices;
-  if (kind == Expect::Kind::opened) devices = opened(member, c.tag, std::get<Opened>(m));
-  if (has_failed()) return;
-  std::shared_ptr<Reply> reply = std::move(e.reply);
-  reply->devices = std::move(devices);
-  member.expects.pop_front();
-  reply->answer = std::move(m);
-  reply->done.set();
-}
-
-std::vector<Device> ControllerJob::opened(Member& member, std::size_t index, const Opened& o) {
-  std::vector<Device> out;
-  if (!o.why.empty()) return out;
-  // Proxies of devices seen for the first time; a device opened before keeps its proxy.
-  for (const WireDevice& d : o.devices) {
-    if (d.id == 0) {
-      fail(member.name + ": malformed message: OPENED device id 0");
-      return {};
-    }
-    if (auto known = member.devices.find(d.id); known != member.devices.end()) {
-      out.push_back(Device(known->second));
-      continue;
-    }
-    const auto kind = kind_from_name(d.name.substr(0, d.name.find(':')));
-    if (!kind) {
-      fail(member.name + ": malformed message: OPENED device '" + d.name + "' of no known kind");
-      return {};
-    }
-    auto core = std::make_shared<rig::detail::DeviceCore>(
-        rig::detail::DeviceInfo{*kind, d.name + "@" + member.name, d.arch, d.budget});
-    core->attach(std::make_unique<RemoteDriver>(state_, index, d.id));
-    try {
-      rig::detail::Registry::get().add(core);
-    } catch (const Lost& e) {
-      fail(e.what());
-      return {};
-    }
-    member.devices[d.id] = core;
-    out.push_back(Device(core));
-  }
-  for (const WireReach& r : o.reaches) {
-    auto from = member.devices.find(r.from);
-    if (from == member.devices.end() || member.devices.count(r.to) == 0) {
-      fail(member.name + ": malformed message: OPENED reach " + std::to_string(r.from) + " to " +
-           std::to_string(r.to) + " names a device it did not open");
-      return {};
-    }
-    static_cast<RemoteDriver&>(from->second->driver()).add_reach(r.to);
-  }
-  return out;
-}
-
-void ControllerJob::on_job_bulk(Connection& c, std::uint8_t type,
-                                std::span<const std::uint8_t> bytes) noexcept {
-  receive_data(c, type, bytes.size(), bytes.data());
-}
-
-std::span<std::uint8_t> ControllerJob::bulk_sink(Connection& c, std::uint8_t type,
-                                                 std::size_t bytes) noexcept {
-  if (type != Data::type || has_failed() || c.tag >= members_.size()) return {};
-  Member& member = members_[c.tag];
-  if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) return {};
-  Expect& e = member.expects.front();
-  if (e.copy_index >= e.copies.size()) return {};
-  const CopyBack& to = e.copies[e.copy_index];
-  if (to.bytes - e.copy_done < bytes) return {};  // runs across copies: through on_job_bulk
-  return {reinterpret_cast<std::uint8_t*>(to.at) + e.copy_done, bytes};
-}
-
-void ControllerJob::on_bulk_placed(Connection& c, std::uint8_t type, std::size_t bytes) noexcept {
-  receive_data(c, type, bytes, nullptr);
-}
-
-void ControllerJob::receive_data(Connection& c, std::uint8_t type, std::size_t bytes,
-                                 const std::uint8_t* from) {
-  Member& member = members_[c.tag];
-  const std::string bad = c.peer_name() + ": malformed message: ";
-  if (type != Data::type) return fail(bad + "PAYLOAD is not one an agent sends");
-  if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) {
-    return fail(bad + "DATA where no copy into this process's memory was due");
-  }
-  Expect& e = member.expects.front();
-  // The bytes go where the copy asked, as they come; they may run across copies of the work.
-  while (bytes > 0) {
-    if (e.copy_index >= e.copies.size()) {
-      return fail(bad + "DATA beyond the bytes of the copies of value " + std::to_string(e.value));
-    }
-    CopyBack& to = e.copies[e.copy_index];
-    const std::size_t n = std::min(bytes, to.bytes - e.copy_done);
-    if (from != nullptr) {
-      std::memcpy(to.at + e.copy_done, from, n);
-      from += n;
-    }
-    bytes -= n;
-    e.copy_done += n;
-    if (e.copy_done == to.bytes) {
-      ++e.copy_index;
-      e.copy_done = 0;
-    }
-  }
-}
-
-void ControllerJob::close() {
-  if (has_failed() || closing_) return;
-  closing_ = true;
-  mark_ended();
-  for (Member& m : members_) m.connection->send(Close{});
-}
-
-void ControllerJob::tick(std::int64_t now) {
-  if (has_failed()) return;
-  if (join_sent_ms_ != 0 && ready_ < members_.size() &&
-      now - join_sent_ms_ >= timing_.handshake_timeout_ms) {
-    for (const Member& m : members_) {
-      if (!m.ready) {
-        return fail(m.name + ": did not connect to the job's other agents within " +
-                    seconds_text(timing_.handshake_timeout_ms));
-      }
-    }
-  }
-  // A host or proxy lost on this process other than by a close (rig::fail, say) fails the job.
-  for (const Member& m : members_) {
-    for (const auto& [id, device] : m.devices) {
-      if (device->timeline().lost() && !device->closed()) return fail(device->timeline().why());
-    }
-  }
-}
-
-void ControllerJob::on_job_failed(const std::string& cause) noexcept {
-  for (Member& m : members_) {
-    for (auto& [id, device] : m.devices) device->lose(cause);
-    // Every caller waiting for an answer wakes with the cause; the work held here lets go.
-    for (Expect& e : m.expects) {
-      if (e.reply) {
-        e.reply->failed = cause;
-        e.reply->done.set();
-      }
-    }
-    m.expects.clear();
-  }
-  // Submits waiting for a connection to finish sending wake now, to find their devices lost.
-  state_->send_progress.fetch_add(1, std::memory_order_release);
-  state_->send_progress.notify_all();
-  state_->report_failed(cause);
-}
-
-void ControllerJob::on_finished() noexcept {
-  state_->finished.set();
-  state_->core = nullptr;
-  // The job is done with the loop: free it once this callback has unwound.
-  Runtime::get().post([self = this] { delete self; });
-}
-
-// ---- JobState
-
-void JobState::report_started_line() {
-  if (!report_started.exchange(true)) write_report_line(report_fd, pid, "started");
-}
-
-void JobState::report_failed(const std::string& cause) {
-  if (!report_ended.exchange(true)) write_report_line(report_fd, pid, "failed " + cause);
-}
-
-void JobState::report_closed() {
-  if (!report_ended.exchange(true)) write_report_line(report_fd, pid, "closed");
-}
-
-// ---- The public calls.
-
 const std::vector<Device>& Job::hosts() const {
   if (!s_) throw std::invalid_argument("rig: hosts() of an empty Job handle");
   return s_->hosts;
@@ -394,19 +49,17 @@ const std::vector<Device>& Job::hosts() const {
 std::optional<std::string> Job::failed() const {
   if (!s_) return std::nullopt;
   if (s_->closed.load()) return std::nullopt;
-  if (s_->pid != getpid()) return s_->fork_cause();
+  if (s_->pid != getpid()) {
+    return std::string(
+        "this process is a child of the job's controller (fork): the job's "
+        "connections belong to the parent");
+  }
   return s_->outcome->cause();
 }
 
-std::optional<std::string> JobState::fork_cause() const {
-  return std::string(
-      "this process is a child of the job's controller (fork): the job's "
-      "connections belong to the parent");
-}
-
-// Waits for `signal`, coming back every break_poll_ms to honour a requested break.
-static void wait_breakable(const Signal& signal) {
-  while (!signal.wait_for_ms(break_poll_ms)) {
+// Waits for `event`, coming back every break_poll_ms to honour a requested break.
+static void wait_breakable(const Event& event) {
+  while (!event.wait_for_ms(break_poll_ms)) {
     if (break_requested()) {
       clear_break();
       throw Break();
@@ -436,17 +89,13 @@ void Job::close() {
     if (!failure(h)) rig::close(h);
   }
   if (!s_->outcome->cause()) {
-    if (!s_->close_sent.exchange(true)) {
-      Runtime::get().post([s = s_] {
-        if (s->core) s->core->close();
-      });
-    }
+    if (!s_->close_sent.exchange(true)) s_->link->close();
     wait_breakable(s_->finished);
   } else {
     for (const Device& d : proxies) rig::close(d);
     for (const Device& h : s_->hosts) rig::close(h);
   }
-  if (!s_->outcome->cause()) s_->report_closed();
+  if (!s_->outcome->cause()) s_->report.closed();
   s_->closed = true;
   std::lock_guard lock(open_mu);
   if (open_job == s_) open_job = nullptr;
@@ -474,10 +123,7 @@ void close_at_exit() {
 
 Result<Job> connect_named(const Key& key, std::vector<Member> members, const Timing& timing,
                           int report_fd) {
-  auto state = std::make_shared<JobState>();
-  state->pid = getpid();
-  state->timing = timing;
-  state->report_fd = report_fd;
+  auto state = std::make_shared<JobState>(getpid(), timing, report_fd, members.size());
   {
     std::lock_guard lock(open_mu);
     if (open_job && !open_job->closed.load() && open_job->pid == getpid()) {
@@ -495,15 +141,27 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
     std::lock_guard lock(open_mu);
     open_job = nullptr;
     const std::string cause = members.front().name + ": " + *f;
-    state->report_failed(cause);
+    state->report.failed(cause);
     return Error(cause);
   }
   Runtime& rt = Runtime::get();
+  Reactor& reactor = rt.reactor();
+  state->link = std::make_shared<ProtocolLink>(reactor, *state);
+  // The drivers hold the link weakly, sharing the state's ownership: a device whose driver is
+  // using its job keeps the state alive meanwhile.
+  const std::weak_ptr<JobLink> link = std::shared_ptr<JobLink>(state, state->link.get());
   rt.call([&] {
-    auto* job = new ControllerJob(rt.reactor(), timing, key, state, std::move(members));
-    state->core = job;
-    state->outcome = job->outcome();
-    job->start();
+    ProtocolLink* door = state->link.get();
+    auto* protocol = new ControllerProtocol(
+        reactor, timing, key, process_instance(), new_job_id(), state, std::move(members),
+        std::make_unique<RemoteProxies>(link), [&reactor, door](ControllerProtocol& self) {
+          door->detach();
+          // The job is done with the loop: free it once this callback has unwound.
+          post_function(reactor, [p = &self] { delete p; });
+        });
+    state->outcome = protocol->outcome();
+    door->attach(*protocol);
+    protocol->start();
   });
   // Started, or failed and every connection closed.
   while (!state->started.is_set() && !state->finished.is_set()) {
@@ -527,10 +185,11 @@ Result<std::vector<Device>> devices(const Device& host, const std::string& kind)
     throw std::invalid_argument("rig: devices(): " + host.name() +
                                 " is not a host that a job's hosts() gave");
   }
-  auto job = driver->job().lock();
+  std::shared_ptr<JobState> job;
   {
     std::lock_guard lock(open_mu);
-    if (!job || job != last_job.lock()) {
+    job = last_job.lock();
+    if (!job || !driver->of_job(job)) {
       throw std::invalid_argument("rig: devices(): " + host.name() +
                                   " is a host of a job other than this process's last");
     }
@@ -545,7 +204,7 @@ Result<std::vector<Device>> devices(const Device& host, const std::string& kind)
   }
   std::shared_ptr<Reply> reply;
   try {
-    reply = round_trip(job, member, Open{kind}, Expect::Kind::opened);
+    reply = job->link->round_trip(member, Open{kind}, Expect::Kind::opened);
   } catch (const Lost& e) {
     return Error(e.what());
   }

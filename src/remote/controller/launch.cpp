@@ -1,4 +1,6 @@
 // launched(): the job a launcher (rig run) set up through the environment.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
@@ -6,8 +8,8 @@
 
 #include "remote/controller/controller.hpp"
 #include "remote/controller/launch.hpp"
-#include "remote/controller/runtime.hpp"
 #include "remote/io/address.hpp"
+#include "remote/job/process.hpp"
 #include "remote/job/report.hpp"
 
 namespace rig::remote {

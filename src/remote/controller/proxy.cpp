@@ -2,12 +2,13 @@
 // submission path (admit, ready, enqueue) that turns rig's work into one SUBMIT per submission.
 #include "remote/controller/proxy.hpp"
 
-#include <new>
 #include <set>
+#include <string>
 
 #include "core/limits.hpp"
+#include "core/registry.hpp"
 #include "core/signals.hpp"
-#include "remote/controller/controller.hpp"
+#include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
 
 namespace rig::remote {
@@ -17,12 +18,6 @@ namespace {
 static_assert(wire_parts_max >= rig::detail::submission_parts_max);
 static_assert(wire_args_max >= rig::detail::run_args_max);
 
-// A device holds at most this much work that its agent has not reported reached; a submit beyond
-// it waits. Bounds the memory a fast controller can pile up at a slow agent.
-constexpr std::uint64_t inflight_bytes_max = 64ull * 1024 * 1024;
-// What a part costs in that count besides the bytes it copies: its share of the message.
-constexpr std::uint64_t part_overhead_bytes = 128;
-
 bool is_local_host(const rig::detail::DeviceCore& d) {
   static const rig::detail::DeviceCore* const local = rig::host().core().get();
   return &d == local;
@@ -31,46 +26,20 @@ bool is_local(const std::shared_ptr<rig::detail::BufferCore>& b) {
   return is_local_host(*b->device());
 }
 
-std::uint64_t work_bytes(const rig::detail::Work& work) {
-  std::uint64_t bytes = part_overhead_bytes;
-  for (const auto& part : work.parts) {
-    bytes += part_overhead_bytes;
-    if (const auto* c = std::get_if<rig::detail::CopyWork>(&part)) bytes += c->bytes;
-  }
-  return bytes;
-}
-
-// Posts `fn` to the job's loop side if the job still runs there; else runs `gone` on the loop.
-template <typename F, typename G>
-void post_to_job(const std::shared_ptr<JobState>& job, F fn, G gone) {
-  Runtime::get().post([job, fn = std::move(fn), gone = std::move(gone)]() mutable {
-    if (job->core != nullptr) {
-      fn(*job->core);
-    } else {
-      gone();
-    }
-  });
-}
-
 // A program loaded on an agent's device. The entry names a run gives are kept here, and a run
 // carries the name: the agent resolves it, and fails the job if its program has no such entry.
 // Owner: its ImageCore. Threads: any (find takes the names' lock). Lifetime: until the last run
 // and Image handle are gone; then the agent lets go of the image too.
 class ProxyModule final : public rig::detail::Module {
  public:
-  ProxyModule(std::weak_ptr<JobState> job, std::size_t member, std::uint64_t id)
-      : job_(std::move(job)), member_(member), id_(id) {}
+  ProxyModule(std::weak_ptr<JobLink> link, std::size_t member, std::uint64_t id)
+      : link_(std::move(link)), member_(member), id_(id) {}
   ~ProxyModule() override {
-    auto job = job_.lock();
-    if (!job) return;
+    auto link = link_.lock();
+    if (!link) return;
     Bytes owned;
     encode(Unload{id_}, owned);
-    post_to_job(
-        job,
-        [member = member_, owned = std::move(owned)](ControllerJob& c) mutable {
-          c.send(member, std::move(owned), {}, std::nullopt);
-        },
-        [] {});
+    link->send(member_, std::move(owned), {}, std::nullopt);
   }
 
   const void* find(const std::string& entry) const override {
@@ -81,7 +50,7 @@ class ProxyModule final : public rig::detail::Module {
   std::uint64_t id() const noexcept { return id_; }
 
  private:
-  const std::weak_ptr<JobState> job_;
+  const std::weak_ptr<JobLink> link_;
   const std::size_t member_;
   const std::uint64_t id_;
   mutable std::mutex mu_;
@@ -90,49 +59,12 @@ class ProxyModule final : public rig::detail::Module {
 
 }  // namespace
 
-std::shared_ptr<Reply> round_trip(const std::shared_ptr<JobState>& job, std::size_t member,
-                                  const Message& message, Expect::Kind kind,
-                                  std::span<const std::uint8_t> payload,
-                                  std::shared_ptr<const void> keep) {
-  auto reply = std::make_shared<Reply>();
-  Bytes owned;
-  encode(message, owned);
-  rig::detail::PoolVector<Connection::Piece> pieces{{nullptr, 0, owned.size()}};
-  add_bulk_frames(owned, pieces, Payload::type, payload);
-  Expect e;
-  e.kind = kind;
-  e.reply = reply;
-  post_to_job(
-      job,
-      [member, owned = std::move(owned), pieces = std::move(pieces), e = std::move(e),
-       keep = std::move(keep)](ControllerJob& c) mutable {
-        c.send(member, std::move(owned), std::move(pieces), std::move(e), std::move(keep));
-      },
-      [job, reply] {
-        const auto cause = job->outcome->cause();
-        reply->failed = cause ? *cause : "the job has closed";
-        reply->done.set();
-      });
-  {
-    // A wait for the agent, which may first finish earlier work: signal handlers may run in it.
-    const rig::detail::SignalsOpen waiting;
-    while (!reply->done.wait_for_ms(1000)) {
-    }
-  }
-  if (!reply->answer) throw Lost(reply->failed);
-  return reply;
-}
-
 // ---- RemoteDriver
-
-std::shared_ptr<JobState> RemoteDriver::live_job() const {
-  return job_.lock();
-}
 
 bool RemoteDriver::same_machine(const rig::detail::DeviceCore& other) const {
   const auto* o = dynamic_cast<const RemoteDriver*>(&other.driver());
-  return o != nullptr && o->member_ == member_ && !o->job_.owner_before(job_) &&
-         !job_.owner_before(o->job_);
+  return o != nullptr && o->member_ == member_ && !o->link_.owner_before(link_) &&
+         !link_.owner_before(o->link_);
 }
 
 void RemoteDriver::add_reach(std::uint32_t id) {
@@ -155,39 +87,22 @@ bool RemoteDriver::reaches(const rig::detail::DeviceCore& other) const {
   return false;
 }
 
-void RemoteDriver::reached(std::uint64_t inflight_bytes) noexcept {
-  inflight_bytes_.fetch_sub(inflight_bytes, std::memory_order_acq_rel);
-  progress_.fetch_add(1, std::memory_order_release);
-  progress_.notify_all();
-}
-
-void RemoteDriver::stop() noexcept {
-  stopped_.store(true, std::memory_order_release);
-  progress_.fetch_add(1, std::memory_order_release);
-  progress_.notify_all();
-}
-
 std::uint64_t RemoteDriver::allocate(std::size_t bytes) {
-  auto job = live_job();
-  if (!job) throw Lost("the job has closed");
-  auto reply = round_trip(job, member_, Make{id_, bytes}, Expect::Kind::made);
+  auto link = link_.lock();
+  if (!link) throw Lost("the job has closed");
+  auto reply = link->round_trip(member_, Make{id_, bytes}, Expect::Kind::made);
   const auto& made = std::get<Made>(*reply->answer);
   if (made.memory == 0) throw OutOfMemory(made.why);
   return made.memory;
 }
 
 void RemoteDriver::release(std::uint64_t address, std::size_t) noexcept {
-  auto job = live_job();
-  if (!job) return;
+  auto link = link_.lock();
+  if (!link) return;
   try {
     Bytes owned;
     encode(Free{address}, owned);
-    post_to_job(
-        job,
-        [member = member_, owned = std::move(owned)](ControllerJob& c) mutable {
-          c.send(member, std::move(owned), {}, std::nullopt);
-        },
-        [] {});
+    link->send(member_, std::move(owned), {}, std::nullopt);
   } catch (...) {
     // Out of memory for the message: the agent frees the buffer with the rest at the job's end.
   }
@@ -204,26 +119,8 @@ void RemoteDriver::admit(const rig::detail::Work& work) {
   }
   // Flow control: wait while the connection sends an earlier message that the kernel could not
   // take at once, and while the device has more than its share of work not yet reached.
-  wait_while_sending();
-  for (;;) {
-    const std::uint32_t seen = progress_.load(std::memory_order_acquire);
-    if (inflight_bytes_.load(std::memory_order_acquire) <= inflight_bytes_max) return;
-    if (stopped_.load(std::memory_order_acquire)) return;  // the next check raises Lost
-    const rig::detail::SignalsOpen waiting;
-    progress_.wait(seen, std::memory_order_acquire);
-  }
-}
-
-void RemoteDriver::wait_while_sending() {
-  auto job = live_job();
-  if (!job || job->sending_count <= member_) return;
-  for (;;) {
-    const std::uint32_t seen = job->send_progress.load(std::memory_order_acquire);
-    if (!job->sending[member_].load(std::memory_order_acquire)) return;
-    if (stopped_.load(std::memory_order_acquire)) return;
-    const rig::detail::SignalsOpen waiting;
-    job->send_progress.wait(seen, std::memory_order_acquire);
-  }
+  if (auto link = link_.lock()) link->sending().wait_while_sending(member_, flow_);
+  flow_.wait_for_room();
 }
 
 void RemoteDriver::ready(const rig::detail::Work& work) {
@@ -250,55 +147,20 @@ void RemoteDriver::ready(const rig::detail::Work& work) {
 }
 
 namespace {
-
 using Sources = rig::detail::PoolVector<std::shared_ptr<rig::detail::BufferCore>>;
-
-// One submission on its way to the loop: everything enqueue built, in a block of the block pool,
-// posted without a std::function (whose captures would come from malloc). Owner: enqueue until it
-// posts, then the loop, which runs it once and frees it. Threads: built on the submitter's thread
-// (maybe in a signal handler), run and destroyed on the loop thread.
-struct SubmitCommand final : Command {
-  std::shared_ptr<JobState> job;
-  std::size_t member = 0;
-  Bytes owned;
-  rig::detail::PoolVector<Connection::Piece> pieces;
-  Expect expect;
-  std::shared_ptr<const Sources> sources;  // the copies' source buffers, until written
-
-  // Frees a command (run, or never posted).
-  struct Free {
-    void operator()(SubmitCommand* c) const noexcept {
-      c->~SubmitCommand();
-      rig::detail::pool_release(c, sizeof(SubmitCommand));
-    }
-  };
-  using Owned = std::unique_ptr<SubmitCommand, Free>;
-  static Owned make() {
-    return Owned(new (rig::detail::pool_allocate(sizeof(SubmitCommand))) SubmitCommand());
-  }
-
-  void run(Reactor&) noexcept override {
-    const Owned self(this);
-    if (job->core != nullptr) {
-      job->core->send(member, std::move(owned), std::move(pieces), std::move(expect),
-                      std::move(sources));
-    }
-  }
-};
-
 }  // namespace
 
 void RemoteDriver::enqueue(rig::detail::Work work) {
   // Nothing here may call malloc: a signal handler may have made this submission (docs/remote.md,
   // "Signals"). Every container comes from the block pool.
-  auto job = live_job();
-  if (!job) return;  // the device is closed or lost already, and its waiters know
-  auto command = SubmitCommand::make();
+  auto link = link_.lock();
+  if (!link) return;  // the device is closed or lost already, and its waiters know
+  auto command = Submission::make();
   Expect& e = command->expect;
   e.kind = Expect::Kind::reached;
   e.device_id = id_;
   e.value = work.value;
-  e.inflight_bytes = work_bytes(work);
+  e.inflight_bytes = inflight_cost(work);
   Submit submit{id_, work.value, {}};
   rig::detail::PoolVector<std::span<const std::uint8_t>> sent;
   Sources sources;
@@ -347,31 +209,56 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
   command->pieces.push_back({nullptr, 0, owned.size()});
   for (const auto& bytes : sent) add_bulk_frames(owned, command->pieces, Payload::type, bytes);
   if (!sources.empty()) {
-    command->sources = std::allocate_shared<const Sources>(rig::detail::PoolAllocator<Sources>(),
-                                                           std::move(sources));
+    command->keep = std::allocate_shared<const Sources>(rig::detail::PoolAllocator<Sources>(),
+                                                        std::move(sources));
   }
   e.work = std::move(work);
-  command->job = std::move(job);
   command->member = member_;
-  inflight_bytes_.fetch_add(e.inflight_bytes, std::memory_order_acq_rel);
-  Runtime::get().reactor().post(command.release());
+  flow_.take(e.inflight_bytes);
+  command->link = std::move(link);
+  JobLink& to = *command->link;
+  to.submit(std::move(command));
 }
 
 Result<std::unique_ptr<rig::detail::Module>> RemoteDriver::load(const Program& program) {
-  auto job = live_job();
-  if (!job) return Error("the job has closed");
+  auto link = link_.lock();
+  if (!link) return Error("the job has closed");
   const auto bytes = program.bytes();
   try {
-    auto reply = round_trip(job, member_, Load{id_, bytes.size()}, Expect::Kind::loaded,
-                            {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()},
-                            std::make_shared<const Program>(program));
+    auto reply =
+        link->round_trip(member_, Load{id_, bytes.size()}, Expect::Kind::loaded,
+                         {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()},
+                         std::make_shared<const Program>(program));
     const auto& loaded = std::get<Loaded>(*reply->answer);
     if (loaded.image == 0) return Error(loaded.why);
     return std::unique_ptr<rig::detail::Module>(
-        std::make_unique<ProxyModule>(job_, member_, loaded.image));
+        std::make_unique<ProxyModule>(link_, member_, loaded.image));
   } catch (const Lost& e) {
     return Error(e.what());
   }
+}
+
+// ---- RemoteProxies
+
+std::shared_ptr<rig::detail::DeviceCore> RemoteProxies::make(std::size_t member, std::uint32_t id,
+                                                             rig::detail::DeviceInfo info) {
+  auto core = std::make_shared<rig::detail::DeviceCore>(std::move(info));
+  core->attach(std::make_unique<RemoteDriver>(link_, member, id));
+  return core;
+}
+
+void RemoteProxies::add(const std::shared_ptr<rig::detail::DeviceCore>& device) {
+  rig::detail::Registry::get().add(device);
+}
+
+void RemoteProxies::add_reach(rig::detail::DeviceCore& from, std::uint32_t to) {
+  static_cast<RemoteDriver&>(from.driver()).add_reach(to);
+}
+
+void RemoteProxies::reached(rig::detail::DeviceCore& device, std::uint64_t value,
+                            std::uint64_t inflight_bytes) noexcept {
+  device.timeline().publish(value);
+  static_cast<RemoteDriver&>(device.driver()).reached(inflight_bytes);
 }
 
 }  // namespace rig::remote

@@ -4,22 +4,13 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "rig/remote.hpp"
+#include <mutex>
+
+#include "remote/controller/post.hpp"
+#include "remote/io/clock.hpp"
+#include "remote/job/process.hpp"
 
 namespace rig::remote {
-namespace {
-
-// Commands of the controller's calls that may allocate (job start and close); the submission path
-// of remote devices uses preallocated nodes instead.
-struct FnCommand final : Command {
-  std::function<void()> fn;
-  void run(Reactor&) noexcept override {
-    fn();
-    delete this;
-  }
-};
-
-}  // namespace
 
 Runtime::Runtime() : timing_(job_timing()), reactor_(SteadyClock::get(), timing_.tick_ms) {
   thread_ = std::thread([this] {
@@ -49,20 +40,8 @@ Runtime& Runtime::get() {
   return *runtime;
 }
 
-void Runtime::post(std::function<void()> fn) {
-  auto* c = new FnCommand();
-  c->fn = std::move(fn);
-  reactor_.post(c);
-}
-
 void Runtime::call(std::function<void()> fn) {
-  Signal done;
-  post([&] {
-    fn();
-    done.set();
-  });
-  while (!done.wait_for_ms(1000)) {
-  }
+  call_function(reactor_, std::move(fn));
 }
 
 }  // namespace rig::remote

@@ -18,18 +18,18 @@ std::optional<std::string> JobOutcome::cause() const {
   return cause_;
 }
 
-JobCore::JobCore(Reactor& reactor, const Timing& timing, Key key, InstanceId instance)
+JobProtocol::JobProtocol(Reactor& reactor, const Timing& timing, Key key, InstanceId instance)
     : reactor_(reactor), timing_(timing), key_(std::move(key)), instance_(instance) {}
 
-JobCore::~JobCore() = default;
+JobProtocol::~JobProtocol() = default;
 
-Connection& JobCore::add_connection(std::string peer_name) {
+Connection& JobProtocol::add_connection(std::string peer_name) {
   connections_.push_back(
       std::make_unique<Connection>(reactor_, *this, timing_, std::move(peer_name)));
   return *connections_.back();
 }
 
-void JobCore::fail(const std::string& cause) {
+void JobProtocol::fail(const std::string& cause) {
   if (!outcome_->fail(cause)) return;  // a later symptom of the first failure
   ended_ = true;
   on_job_failed(cause);
@@ -38,7 +38,7 @@ void JobCore::fail(const std::string& cause) {
   if (connections_.empty()) on_finished();
 }
 
-void JobCore::on_message(Connection& c, Message&& m) noexcept {
+void JobProtocol::on_message(Connection& c, Message&& m) noexcept {
   if (const auto* a = std::get_if<Abort>(&m)) {
     fail(c.peer_name() + " aborted: " + a->reason);
     return;
@@ -46,18 +46,18 @@ void JobCore::on_message(Connection& c, Message&& m) noexcept {
   on_job_message(c, std::move(m));
 }
 
-void JobCore::on_job_bulk(Connection& c, std::uint8_t type,
-                          std::span<const std::uint8_t>) noexcept {
+void JobProtocol::on_job_bulk(Connection& c, std::uint8_t type,
+                              std::span<const std::uint8_t>) noexcept {
   fail(c.peer_name() + ": malformed message: " + std::string(message_name(type)) +
        " where none was expected");
 }
 
-void JobCore::on_failed(Connection&, const std::string& cause) noexcept {
+void JobProtocol::on_failed(Connection&, const std::string& cause) noexcept {
   if (ended_ && !has_failed()) return;  // closed in order: a connection's end is expected now
   fail(cause);
 }
 
-void JobCore::on_closed(Connection& c) noexcept {
+void JobProtocol::on_closed(Connection& c) noexcept {
   for (auto it = connections_.begin(); it != connections_.end(); ++it) {
     if (it->get() == &c) {
       connections_.erase(it);

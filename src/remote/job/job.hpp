@@ -29,12 +29,14 @@ class JobOutcome {
   std::optional<std::string> cause_;
 };
 
-// Owner: the controller runtime or an agent's serve. Threads: the loop thread only. Lifetime: until
-// every connection has closed after the job ended (finished() is then true).
-class JobCore : public ConnectionOwner {
+// The loop-side base of both roles' protocols (ControllerProtocol, the agent's AgentJob): the
+// job's connections and its failure protocol. Owner: the role's protocol object, made by connect
+// or by an agent's serve. Threads: the loop thread only. Lifetime: until every connection has
+// closed after the job ended (finished() is then true).
+class JobProtocol : public ConnectionOwner {
  public:
-  JobCore(Reactor& reactor, const Timing& timing, Key key, InstanceId instance);
-  ~JobCore() override;
+  JobProtocol(Reactor& reactor, const Timing& timing, Key key, InstanceId instance);
+  ~JobProtocol() override;
 
   // Fails the job with `cause` unless it has a root cause already; then aborts every connection.
   void fail(const std::string& cause);

@@ -1,0 +1,104 @@
+// The link between a job's protocol on the loop and the drivers of its devices, both ways, each
+// side seeing only an interface: JobLink is how a RemoteDriver or ProxyModule reaches its job
+// (send to a member, a submission, a round trip, the connections' flow control); Proxies is how
+// the protocol makes its machines' devices and tells their drivers of work reached.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <optional>
+#include <span>
+
+#include "core/device.hpp"
+#include "core/pool.hpp"
+#include "remote/controller/flow.hpp"
+#include "remote/controller/member.hpp"
+#include "remote/io/connection.hpp"
+#include "remote/io/reactor.hpp"
+#include "remote/wire/messages.hpp"
+#include "remote/wire/wire.hpp"
+
+namespace rig::remote {
+
+class JobLink;
+
+// One submission on its way to the loop: everything enqueue built, in a block of the block pool,
+// posted without a std::function (whose captures would come from malloc). Owner: the submitter
+// until it posts, then the loop, which runs it once and frees it. Threads: built on the
+// submitter's thread (maybe in a signal handler), run and destroyed on the loop thread.
+struct Submission final : Command {
+  std::shared_ptr<JobLink> link;  // keeps the job's state alive until the loop has it
+  std::size_t member = 0;
+  Bytes owned;
+  rig::detail::PoolVector<Connection::Piece> pieces;
+  Expect expect;
+  std::shared_ptr<const void> keep;  // the copies' source buffers, until written
+
+  // Frees a submission (run, or never posted).
+  struct Free {
+    void operator()(Submission* s) const noexcept {
+      s->~Submission();
+      rig::detail::pool_release(s, sizeof(Submission));
+    }
+  };
+  using Owned = std::unique_ptr<Submission, Free>;
+  static Owned make() {
+    return Owned(new (rig::detail::pool_allocate(sizeof(Submission))) Submission());
+  }
+
+  void run(Reactor&) noexcept override;
+};
+
+// A job as the drivers of its devices see it. Owner: the job's state (JobState); drivers hold it
+// weakly, and keep the state alive while they use it. Threads: any, but for deliver (the loop's).
+class JobLink {
+ public:
+  virtual ~JobLink() = default;
+
+  // On the loop: sends one write to agent `member`, a message and the frames after it. `expect`,
+  // unless empty (a FREE, an UNLOAD), joins what the agent owes. If the job has failed or closed,
+  // a round trip's reply learns so at once. `keep` holds the memory the pieces point at until the
+  // write is done or given up.
+  virtual void send(std::size_t member, Bytes owned,
+                    rig::detail::PoolVector<Connection::Piece> pieces, std::optional<Expect> expect,
+                    std::shared_ptr<const void> keep = {}) = 0;
+  // The same for a submission, whose `link` is this link: no allocation, no lock, so a signal
+  // handler may submit.
+  virtual void submit(Submission::Owned submission) noexcept = 0;
+  // Whether each agent's connection is sending, which a submit waits on.
+  virtual const SendFlow& sending() const noexcept = 0;
+
+  // Sends `message` (and `payload` after it in PAYLOAD frames) to agent `member` and waits for its
+  // answer. Raises rig::Lost with the job's cause if the job fails first, or "the job has closed".
+  // `keep` holds `payload`'s memory until the bytes are written, or the write given up. Any thread
+  // but the loop's.
+  std::shared_ptr<Reply> round_trip(std::size_t member, const Message& message, Expect::Kind kind,
+                                    std::span<const std::uint8_t> payload = {},
+                                    std::shared_ptr<const void> keep = {});
+
+ private:
+  friend struct Submission;
+  // Loop thread: `submission` has come; what it carries is moved out.
+  virtual void deliver(Submission& submission) noexcept = 0;
+};
+
+// A job's devices as its protocol sees them. Owner: the protocol. Threads: the loop thread.
+class Proxies {
+ public:
+  virtual ~Proxies() = default;
+  // The device of agent `member`'s device `id` (0: the machine's host), not yet registered.
+  virtual std::shared_ptr<rig::detail::DeviceCore> make(std::size_t member, std::uint32_t id,
+                                                        rig::detail::DeviceInfo info) = 0;
+  // Makes `device` one of this process's devices; raises rig::Lost if the process takes no more.
+  virtual void add(const std::shared_ptr<rig::detail::DeviceCore>& device) = 0;
+  // Records that work on `from` may use memory of its agent's device `to`.
+  virtual void add_reach(rig::detail::DeviceCore& from, std::uint32_t to) = 0;
+  // The agent did the work of `device` up to `value`, whose copies' bytes are in place: the value
+  // is published, and the work's `inflight_bytes` return to the device's flow control.
+  virtual void reached(rig::detail::DeviceCore& device, std::uint64_t value,
+                       std::uint64_t inflight_bytes) noexcept = 0;
+};
+
+}  // namespace rig::remote

@@ -1,0 +1,321 @@
+#include "remote/controller/protocol.hpp"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+#include <variant>
+
+#include "remote/io/guard.hpp"
+
+namespace rig::remote {
+
+ControllerProtocol::ControllerProtocol(Reactor& reactor, const Timing& timing, Key key,
+                                       InstanceId instance, JobId id,
+                                       std::shared_ptr<JobState> state, std::vector<Member> members,
+                                       std::unique_ptr<Proxies> proxies, Finished finished)
+    : JobProtocol(reactor, timing, std::move(key), instance),
+      state_(std::move(state)),
+      members_(std::move(members)),
+      proxies_(std::move(proxies)),
+      finished_(std::move(finished)),
+      id_(id) {
+  ticker_ = reactor_.add_ticker([this](std::int64_t now) { guarded([&] { tick(now); }); });
+}
+
+ControllerProtocol::~ControllerProtocol() {
+  reactor_.remove_ticker(ticker_);
+}
+
+template <typename Body>
+void ControllerProtocol::guarded(Body&& body) noexcept {
+  guard(std::forward<Body>(body), [this](const std::string& cause) { fail(cause); });
+}
+
+void ControllerProtocol::start() {
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    Connection& c = add_connection(members_[i].name);
+    c.tag = i;
+    c.set_sending_watch(
+        [flow = &state_->sending, i](bool sending) { flow->set_sending(i, sending); });
+    members_[i].connection = &c;
+    DialerConfig config{Role::controller, "controller", id_, members_[i].name, instance_};
+    c.dial(reinterpret_cast<const sockaddr*>(&members_[i].address),
+           Handshake::dialer(key_, std::move(config)));
+  }
+}
+
+void ControllerProtocol::on_refused(Connection& c, const std::string& why) noexcept {
+  guarded([&] { fail(c.peer_name() + ": " + why); });
+}
+
+void ControllerProtocol::on_proven(Connection&) noexcept {
+  guarded([&] {
+    if (has_failed()) return;
+    if (++proven_ < members_.size()) return;
+    // Every agent is in: tell each who the others are, so that they connect to each other.
+    Join join;
+    for (const Member& m : members_) {
+      join.names.push_back(m.name);
+      join.addresses.push_back(m.dial_text);
+    }
+    for (Member& m : members_) {
+      join.you = m.name;
+      m.connection->send(join);
+    }
+    join_sent_ms_ = reactor_.now_ms();
+  });
+}
+
+void ControllerProtocol::on_job_message(Connection& c, Message&& m) noexcept {
+  guarded([&] { message(c, std::move(m)); });
+}
+
+void ControllerProtocol::message(Connection& c, Message&& m) {
+  Member& member = members_[c.tag];
+  if (auto* ready = std::get_if<Ready>(&m)) {
+    if (member.ready) return fail(c.peer_name() + ": malformed message: READY twice");
+    member.ready = true;
+    member.host_arch = ready->host_arch;
+    member.host_budget = ready->host_budget;
+    if (++ready_ == members_.size()) started();
+    return;
+  }
+  if (!member.host && !std::holds_alternative<Closed>(m)) {
+    const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
+    return fail(c.peer_name() + ": malformed message: " + std::string(name) + " before READY");
+  }
+  if (std::holds_alternative<Reached>(m))
+    return answer(c, member, Expect::Kind::reached, std::move(m));
+  if (std::holds_alternative<Opened>(m))
+    return answer(c, member, Expect::Kind::opened, std::move(m));
+  if (std::holds_alternative<Made>(m)) return answer(c, member, Expect::Kind::made, std::move(m));
+  if (std::holds_alternative<Loaded>(m))
+    return answer(c, member, Expect::Kind::loaded, std::move(m));
+  if (std::holds_alternative<Closed>(m)) {
+    // The agent has let go of the job and stopped listening; now both ends close the connection.
+    member.closed = true;
+    c.end(std::nullopt);
+    return;
+  }
+  const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
+  fail(c.peer_name() + ": malformed message: " + std::string(name) + " is not one an agent sends");
+}
+
+void ControllerProtocol::started() {
+  std::vector<Device> hosts;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    Member& m = members_[i];
+    auto core = proxies_->make(
+        i, 0, rig::detail::DeviceInfo{Kind::cpu, "CPU@" + m.name, m.host_arch, m.host_budget});
+    m.host = core;
+    m.devices[0] = core;
+    proxies_->add(core);  // a throw (rig::Lost) fails the job with its text
+    hosts.push_back(Device(core));
+  }
+  {
+    std::lock_guard lock(state_->mu);
+    state_->hosts = std::move(hosts);
+  }
+  state_->report.started();
+  state_->started.set();
+}
+
+void ControllerProtocol::send(std::size_t index, Bytes owned,
+                              rig::detail::PoolVector<Connection::Piece> pieces,
+                              std::optional<Expect> expect, std::shared_ptr<const void> keep) {
+  Member* m = index < members_.size() ? &members_[index] : nullptr;
+  if (has_failed() || closing_ || m == nullptr || m->connection == nullptr ||
+      m->connection->state() != Connection::State::open) {
+    if (expect && expect->reply) {
+      const auto cause = outcome()->cause();
+      expect->reply->failed = cause ? *cause : "the job has closed";
+      expect->reply->done.set();
+    }
+    return;
+  }
+  if (expect) {
+    if (expect->kind == Expect::Kind::reached) {
+      auto device = m->devices.find(expect->device_id);
+      if (device == m->devices.end()) return;  // not a device of this job: cannot happen
+      expect->device = device->second;
+    }
+    m->expects.push_back(std::move(*expect));
+  }
+  std::function<void()> done;
+  if (keep) done = [keep = std::move(keep)] {};
+  m->connection->send_pieces(std::move(owned), pieces, std::move(done));
+}
+
+void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind, Message&& m) {
+  const std::string bad = c.peer_name() + ": malformed message: ";
+  if (member.expects.empty() || member.expects.front().kind != kind) {
+    return fail(bad + expect_name(kind) + " where " +
+                (member.expects.empty() ? std::string("nothing")
+                                        : std::string(expect_name(member.expects.front().kind))) +
+                " was due");
+  }
+  Expect& e = member.expects.front();
+  if (kind == Expect::Kind::reached) {
+    const auto& r = std::get<Reached>(m);
+    if (r.device != e.device_id || r.value != e.value) {
+      return fail(bad + "REACHED device " + std::to_string(r.device) + " value " +
+                  std::to_string(r.value) + " where device " + std::to_string(e.device_id) +
+                  " value " + std::to_string(e.value) + " was due");
+    }
+    if (e.copy_index < e.copies.size()) {
+      return fail(bad + "REACHED value " + std::to_string(r.value) + " before the bytes of its " +
+                  "copies into this process's memory");
+    }
+    // The copies' bytes are in place: the value may now say so (release order, in publish).
+    proxies_->reached(*e.device, e.value, e.inflight_bytes);
+    member.expects.pop_front();  // drops the work, and with it the last use of its buffers
+    return;
+  }
+  std::vector<Device> devices;
+  if (kind == Expect::Kind::opened) devices = opened(member, c.tag, std::get<Opened>(m));
+  if (has_failed()) return;
+  std::shared_ptr<Reply> reply = std::move(e.reply);
+  reply->devices = std::move(devices);
+  member.expects.pop_front();
+  reply->answer = std::move(m);
+  reply->done.set();
+}
+
+std::vector<Device> ControllerProtocol::opened(Member& member, std::size_t index, const Opened& o) {
+  std::vector<Device> out;
+  if (!o.why.empty()) return out;
+  // Proxies of devices seen for the first time; a device opened before keeps its proxy.
+  for (const WireDevice& d : o.devices) {
+    if (d.id == 0) {
+      fail(member.name + ": malformed message: OPENED device id 0");
+      return {};
+    }
+    if (auto known = member.devices.find(d.id); known != member.devices.end()) {
+      out.push_back(Device(known->second));
+      continue;
+    }
+    const auto kind = kind_from_name(d.name.substr(0, d.name.find(':')));
+    if (!kind) {
+      fail(member.name + ": malformed message: OPENED device '" + d.name + "' of no known kind");
+      return {};
+    }
+    auto core = proxies_->make(
+        index, d.id, rig::detail::DeviceInfo{*kind, d.name + "@" + member.name, d.arch, d.budget});
+    proxies_->add(core);  // a throw (rig::Lost) fails the job with its text
+    member.devices[d.id] = core;
+    out.push_back(Device(core));
+  }
+  for (const WireReach& r : o.reaches) {
+    auto from = member.devices.find(r.from);
+    if (from == member.devices.end() || member.devices.count(r.to) == 0) {
+      fail(member.name + ": malformed message: OPENED reach " + std::to_string(r.from) + " to " +
+           std::to_string(r.to) + " names a device it did not open");
+      return {};
+    }
+    proxies_->add_reach(*from->second, r.to);
+  }
+  return out;
+}
+
+void ControllerProtocol::on_job_bulk(Connection& c, std::uint8_t type,
+                                     std::span<const std::uint8_t> bytes) noexcept {
+  guarded([&] { receive_data(c, type, bytes.size(), bytes.data()); });
+}
+
+std::span<std::uint8_t> ControllerProtocol::bulk_sink(Connection& c, std::uint8_t type,
+                                                      std::size_t bytes) noexcept {
+  if (type != Data::type || has_failed() || c.tag >= members_.size()) return {};
+  Member& member = members_[c.tag];
+  if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) return {};
+  Expect& e = member.expects.front();
+  if (e.copy_index >= e.copies.size()) return {};
+  const CopyBack& to = e.copies[e.copy_index];
+  if (to.bytes - e.copy_done < bytes) return {};  // runs across copies: through on_job_bulk
+  return {reinterpret_cast<std::uint8_t*>(to.at) + e.copy_done, bytes};
+}
+
+void ControllerProtocol::on_bulk_placed(Connection& c, std::uint8_t type,
+                                        std::size_t bytes) noexcept {
+  guarded([&] { receive_data(c, type, bytes, nullptr); });
+}
+
+void ControllerProtocol::receive_data(Connection& c, std::uint8_t type, std::size_t bytes,
+                                      const std::uint8_t* from) {
+  Member& member = members_[c.tag];
+  const std::string bad = c.peer_name() + ": malformed message: ";
+  if (type != Data::type) return fail(bad + "PAYLOAD is not one an agent sends");
+  if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) {
+    return fail(bad + "DATA where no copy into this process's memory was due");
+  }
+  Expect& e = member.expects.front();
+  // The bytes go where the copy asked, as they come; they may run across copies of the work.
+  while (bytes > 0) {
+    if (e.copy_index >= e.copies.size()) {
+      return fail(bad + "DATA beyond the bytes of the copies of value " + std::to_string(e.value));
+    }
+    CopyBack& to = e.copies[e.copy_index];
+    const std::size_t n = std::min(bytes, to.bytes - e.copy_done);
+    if (from != nullptr) {
+      std::memcpy(to.at + e.copy_done, from, n);
+      from += n;
+    }
+    bytes -= n;
+    e.copy_done += n;
+    if (e.copy_done == to.bytes) {
+      ++e.copy_index;
+      e.copy_done = 0;
+    }
+  }
+}
+
+void ControllerProtocol::close() {
+  if (has_failed() || closing_) return;
+  closing_ = true;
+  mark_ended();
+  for (Member& m : members_) m.connection->send(Close{});
+}
+
+void ControllerProtocol::tick(std::int64_t now) {
+  if (has_failed()) return;
+  if (join_sent_ms_ != 0 && ready_ < members_.size() &&
+      now - join_sent_ms_ >= timing_.handshake_timeout_ms) {
+    for (const Member& m : members_) {
+      if (!m.ready) {
+        return fail(m.name + ": did not connect to the job's other agents within " +
+                    seconds_text(timing_.handshake_timeout_ms));
+      }
+    }
+  }
+  // A host or proxy lost on this process other than by a close (rig::fail, say) fails the job.
+  for (const Member& m : members_) {
+    for (const auto& [id, device] : m.devices) {
+      if (device->timeline().lost() && !device->closed()) return fail(device->timeline().why());
+    }
+  }
+}
+
+void ControllerProtocol::on_job_failed(const std::string& cause) noexcept {
+  for (Member& m : members_) {
+    for (auto& [id, device] : m.devices) device->lose(cause);
+    // Every caller waiting for an answer wakes with the cause; the work held here lets go.
+    for (Expect& e : m.expects) {
+      if (e.reply) {
+        e.reply->failed = cause;
+        e.reply->done.set();
+      }
+    }
+    m.expects.clear();
+  }
+  // Submits waiting for a connection to finish sending wake now, to find their devices lost.
+  state_->sending.wake_all();
+  state_->report.failed(cause);
+}
+
+void ControllerProtocol::on_finished() noexcept {
+  state_->finished.set();
+  finished_(*this);
+}
+
+}  // namespace rig::remote

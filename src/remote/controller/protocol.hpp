@@ -1,0 +1,90 @@
+// The controller's side of a job's protocol, on the loop: dial every agent and prove the key, JOIN,
+// READY, the agents' answers in order, the DATA of copies into this process's memory put in place,
+// CLOSE, and the start's deadline.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "remote/controller/job_state.hpp"
+#include "remote/controller/link.hpp"
+#include "remote/controller/member.hpp"
+#include "remote/io/connection.hpp"
+#include "remote/io/reactor.hpp"
+#include "remote/io/timing.hpp"
+#include "remote/job/job.hpp"
+#include "remote/trust/handshake.hpp"
+
+namespace rig::remote {
+
+// Owner: whoever makes it (connect: the callback it hands in deletes it). Threads: the loop thread
+// only. Lifetime: until `finished` has been called and has returned; it reaches nothing global, so
+// a test may run it on a reactor of its own, on a manual clock.
+class ControllerProtocol final : public JobProtocol {
+ public:
+  // Called once every connection has closed after the job ended, on the loop; the protocol may be
+  // destroyed once the call has returned, not during it.
+  using Finished = std::function<void(ControllerProtocol& self)>;
+
+  // `state` is the handle's state this job fills in (hosts, started, finished, the flow control,
+  // the report); `proxies` makes the machines' devices.
+  ControllerProtocol(Reactor& reactor, const Timing& timing, Key key, InstanceId instance, JobId id,
+                     std::shared_ptr<JobState> state, std::vector<Member> members,
+                     std::unique_ptr<Proxies> proxies, Finished finished);
+  ~ControllerProtocol() override;
+
+  // Dials every agent.
+  void start();
+  // Sends one write to agent `index`: a message and the frames after it. `expect`, unless empty
+  // (a FREE, an UNLOAD), joins what the agent owes. If the job has failed or closed, a round
+  // trip's reply learns so at once.
+  // `keep` holds the memory the pieces point at until the write is done or given up.
+  void send(std::size_t index, Bytes owned, rig::detail::PoolVector<Connection::Piece> pieces,
+            std::optional<Expect> expect, std::shared_ptr<const void> keep = {});
+  // Sends CLOSE to every agent.
+  void close();
+
+ private:
+  void on_proven(Connection& c) noexcept override;
+  void on_refused(Connection& c, const std::string& why) noexcept override;
+  void on_job_message(Connection& c, Message&& m) noexcept override;
+  void on_job_bulk(Connection& c, std::uint8_t type,
+                   std::span<const std::uint8_t> bytes) noexcept override;
+  std::span<std::uint8_t> bulk_sink(Connection& c, std::uint8_t type,
+                                    std::size_t bytes) noexcept override;
+  void on_bulk_placed(Connection& c, std::uint8_t type, std::size_t bytes) noexcept override;
+  void on_job_failed(const std::string& cause) noexcept override;
+  void on_finished() noexcept override;
+
+  void message(Connection& c, Message&& m);
+  // DATA bytes for the copies of the work `c`'s agent reports next; `from` null: bulk_sink put
+  // them in place already.
+  void receive_data(Connection& c, std::uint8_t type, std::size_t bytes, const std::uint8_t* from);
+  // An answer of the agent: it must be what the head of its queue expects.
+  void answer(Connection& c, Member& member, Expect::Kind kind, Message&& m);
+  std::vector<Device> opened(Member& member, std::size_t index, const Opened& o);
+  void started();
+  void tick(std::int64_t now);
+  // Runs `body`; a throw fails the job with the exception's text.
+  template <typename Body>
+  void guarded(Body&& body) noexcept;
+
+  const std::shared_ptr<JobState> state_;
+  std::vector<Member> members_;
+  const std::unique_ptr<Proxies> proxies_;
+  const Finished finished_;
+  const JobId id_;
+  std::size_t proven_ = 0;
+  std::size_t ready_ = 0;
+  std::int64_t join_sent_ms_ = 0;
+  bool closing_ = false;
+  std::uint64_t ticker_ = 0;
+};
+
+}  // namespace rig::remote

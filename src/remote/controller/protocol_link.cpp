@@ -1,0 +1,54 @@
+#include "remote/controller/protocol_link.hpp"
+
+#include "remote/controller/post.hpp"
+#include "remote/controller/protocol.hpp"
+#include "remote/io/guard.hpp"
+
+namespace rig::remote {
+
+void ProtocolLink::close() {
+  post_function(reactor_, [this, keep = state_.shared_from_this()] {
+    if (protocol_ == nullptr) return;
+    guard([&] { protocol_->close(); }, [&](const std::string& cause) { protocol_->fail(cause); });
+  });
+}
+
+void ProtocolLink::send(std::size_t member, Bytes owned,
+                        rig::detail::PoolVector<Connection::Piece> pieces,
+                        std::optional<Expect> expect, std::shared_ptr<const void> keep) {
+  post_function(reactor_, [this, state = state_.shared_from_this(), member,
+                           owned = std::move(owned), pieces = std::move(pieces),
+                           expect = std::move(expect), keep = std::move(keep)]() mutable {
+    if (protocol_ != nullptr) {
+      guard(
+          [&] {
+            protocol_->send(member, std::move(owned), std::move(pieces), std::move(expect),
+                            std::move(keep));
+          },
+          [&](const std::string& cause) { protocol_->fail(cause); });
+      return;
+    }
+    // The job has finished: a round trip learns why at once.
+    if (expect && expect->reply) {
+      const auto cause = state->outcome->cause();
+      expect->reply->failed = cause ? *cause : "the job has closed";
+      expect->reply->done.set();
+    }
+  });
+}
+
+void ProtocolLink::submit(Submission::Owned submission) noexcept {
+  reactor_.post(submission.release());
+}
+
+void ProtocolLink::deliver(Submission& s) noexcept {
+  if (protocol_ == nullptr) return;
+  guard(
+      [&] {
+        protocol_->send(s.member, std::move(s.owned), std::move(s.pieces), std::move(s.expect),
+                        std::move(s.keep));
+      },
+      [&](const std::string& cause) { protocol_->fail(cause); });
+}
+
+}  // namespace rig::remote

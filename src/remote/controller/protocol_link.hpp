@@ -1,0 +1,41 @@
+// ProtocolLink: the JobLink of a job whose protocol runs on a reactor (connect's): every call from
+// another thread is posted to the loop, to the protocol while it runs, or after it has finished
+// ends as a call to a finished job does.
+#pragma once
+
+#include "remote/controller/job_state.hpp"
+#include "remote/controller/link.hpp"
+#include "remote/io/reactor.hpp"
+
+namespace rig::remote {
+
+class ControllerProtocol;
+
+// Owner: the job's state (JobState::link), which it refers back to. Threads: send, submit, close
+// and sending from any thread; attach, detach and the posted calls on the loop thread, the only
+// one that touches `protocol_`.
+class ProtocolLink final : public JobLink {
+ public:
+  ProtocolLink(Reactor& reactor, JobState& state) : reactor_(reactor), state_(state) {}
+
+  // Loop thread: calls go to `protocol` from now on, or (detach) to no protocol any more.
+  void attach(ControllerProtocol& protocol) noexcept { protocol_ = &protocol; }
+  void detach() noexcept { protocol_ = nullptr; }
+
+  // Has the protocol send CLOSE to every agent (Job::close).
+  void close();
+
+  void send(std::size_t member, Bytes owned, rig::detail::PoolVector<Connection::Piece> pieces,
+            std::optional<Expect> expect, std::shared_ptr<const void> keep = {}) override;
+  void submit(Submission::Owned submission) noexcept override;
+  const SendFlow& sending() const noexcept override { return state_.sending; }
+
+ private:
+  void deliver(Submission& submission) noexcept override;
+
+  Reactor& reactor_;
+  JobState& state_;
+  ControllerProtocol* protocol_ = nullptr;  // null before the start and once finished
+};
+
+}  // namespace rig::remote
