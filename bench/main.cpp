@@ -26,6 +26,7 @@
 
 #include "clock.hpp"
 #include "process.hpp"
+#include "remote/io/address.hpp"
 #include "remote/trust/key.hpp"
 #include "report.hpp"
 #include "scale.hpp"
@@ -79,17 +80,12 @@ const char* const usage_text =
   std::exit(exit_usage);
 }
 
-std::optional<rig::remote::Address> parse_address(const std::string& s) {
-  const auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0) return std::nullopt;
-  std::string host = s.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  char* end = nullptr;
-  const long port = std::strtol(s.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || port < 0 || port > 65535) return std::nullopt;
-  return rig::remote::Address{host, static_cast<int>(port)};
+// An address on the command line; a usage error, naming `what`, when it is not one.
+rig::remote::Address address_arg(const std::string& text, const std::string& what,
+                                 rig::remote::PortZero zero = rig::remote::PortZero::refused) {
+  auto at = rig::remote::parse_address(text, zero);
+  if (!at) usage("bad address '" + text + "' in " + what + ": " + at.error());
+  return {at->host, at->port};
 }
 
 std::string first_line_of(const std::string& path, const std::string& prefix) {
@@ -187,12 +183,13 @@ Peer start_peer(const std::vector<std::string>& argv, int cpu, const std::string
                 const std::vector<std::string>& env = {}) {
   auto c = rig::bench::spawn(argv, cpu, true, log, env);
   if (!c) throw std::runtime_error(c.error());
-  const auto line = rig::bench::read_line(c->out_fd, peer_start_timeout_ms);
-  if (!line || line->rfind("listening ", 0) != 0) {
+  const auto line = c->line(peer_start_timeout_ms);
+  const auto at = rig::remote::parse_listening_line(line.value_or(""));
+  if (!at) {
     rig::bench::stop(*c, SIGKILL, peer_stop_ms);
     throw std::runtime_error(argv[0] + " did not start (its log: " + log + ")");
   }
-  return {*c, std::stoi(line->substr(line->rfind(':') + 1))};
+  return {*c, at->port};
 }
 
 struct Placement {
@@ -244,9 +241,7 @@ Options parse(int argc, char** argv) {
       std::stringstream in(value());
       std::string item;
       while (std::getline(in, item, ',')) {
-        const auto addr = parse_address(item);
-        if (!addr) usage("bad address '" + item + "' in --hosts");
-        o.hosts.push_back(*addr);
+        o.hosts.push_back(address_arg(item, "--hosts"));
       }
     } else if (a == "--only") {
       std::stringstream in(value());
@@ -260,8 +255,7 @@ Options parse(int argc, char** argv) {
     } else if (a == "--key") {
       o.key_file = value();
     } else if (a == "--echo") {
-      o.echo = parse_address(value());
-      if (!o.echo) usage("--echo takes HOST:PORT");
+      o.echo = address_arg(value(), "--echo");
     } else if (a == "-h" || a == "--help") {
       std::fputs(usage_text, stdout);
       std::exit(0);
@@ -481,7 +475,7 @@ int run(const Options& o) {
       }
       auto w = rig::bench::spawn({self, "worker", args.dump()}, p.controller_cpu, true);
       if (!w) throw std::runtime_error(w.error());
-      const std::string text = rig::bench::read_all(w->out_fd);
+      const std::string text = w->rest();
       const int status = rig::bench::wait_exit(*w);
       if (status != 0 || text.empty()) throw std::runtime_error("the worker failed (stderr above)");
       const auto parsed = nlohmann::json::parse(text);
@@ -584,9 +578,8 @@ int main(int argc, char** argv) {
     }
     if (cmd == "echo") {
       if (argc != 4 || std::string(argv[2]) != "--listen") usage("echo --listen HOST:PORT");
-      const auto addr = parse_address(argv[3]);
-      if (!addr) usage("echo --listen HOST:PORT");
-      return rig::bench::run_echo_peer(addr->first, addr->second);
+      const auto addr = address_arg(argv[3], "echo --listen", rig::remote::PortZero::allowed);
+      return rig::bench::run_echo_peer(addr.first, addr.second);
     }
     if (cmd == "report") {
       if (argc != 4) usage("report RESULTS.json OUT.png");

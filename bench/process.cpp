@@ -2,20 +2,19 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <string_view>
-#include <thread>
+#include <utility>
+
+#include "child/child.hpp"
 
 namespace rig::bench {
 
@@ -28,76 +27,42 @@ Result<Child> spawn(const std::vector<std::string>& argv, int cpu, bool capture_
   int err_fd = -1;
   if (!err_path.empty()) {
     err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (err_fd < 0) return Error("cannot open " + err_path + ": " + std::strerror(errno));
+    if (err_fd < 0) {
+      const int e = errno;
+      if (out[0] >= 0) close(out[0]);
+      if (out[1] >= 0) close(out[1]);
+      return Error("cannot open " + err_path + ": " + std::strerror(e));
+    }
   }
-  // Everything the child needs is made before fork: after it, only async-signal-safe calls.
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // Our environment without the names `env` sets, then `env`.
-  std::vector<char*> envp;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view entry(*e);
-    const bool replaced = std::any_of(env.begin(), env.end(), [&](const std::string& x) {
-      const auto eq = x.find('=');
-      return entry.substr(0, entry.find('=')) == std::string_view(x).substr(0, eq);
-    });
-    if (!replaced) envp.push_back(*e);
-  }
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (cpu >= 0) CPU_SET(cpu, &set);
-  const pid_t pid = fork();
-  if (pid < 0) return Error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    if (cpu >= 0 && sched_setaffinity(0, sizeof set, &set) != 0) _exit(126);
-    if (out[1] >= 0) dup2(out[1], STDOUT_FILENO);
-    if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
-    execve(args[0], args.data(), envp.data());
-    _exit(127);
-  }
+  child::Spec spec;
+  spec.argv = argv;
+  spec.env = env;
+  spec.stdout_fd = out[1];
+  spec.stderr_fd = err_fd;
+  spec.cpu = cpu;
+  const auto pid = child::spawn(spec);
   if (out[1] >= 0) close(out[1]);
   if (err_fd >= 0) close(err_fd);
-  return Child{pid, out[0]};
+  if (!pid) {
+    if (out[0] >= 0) close(out[0]);
+    return Error(pid.error());
+  }
+  Child c;
+  c.pid = *pid;
+  c.out_fd = out[0];
+  return c;
 }
 
-std::optional<std::string> read_line(int fd, int timeout_ms) {
-  std::string buf;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          until - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) return std::nullopt;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-    // One byte at a time: what follows the line stays in the pipe for the next reader.
-    char c;
-    const ssize_t n = read(fd, &c, 1);
-    if (n <= 0) return std::nullopt;
-    if (c == '\n') return buf;
-    buf.push_back(c);
-  }
+std::optional<std::string> Child::line(int timeout_ms) {
+  return child::read_line(out_fd, out_pending, timeout_ms);
 }
 
-std::string read_all(int fd) {
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
+std::string Child::rest() {
+  return child::read_all(out_fd, std::exchange(out_pending, {}));
 }
 
 int wait_exit(Child& c) {
-  int status = 0;
-  while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int status = child::wait_exit(c.pid);
   c.pid = -1;
   if (c.out_fd >= 0) close(c.out_fd);
   c.out_fd = -1;
@@ -107,15 +72,9 @@ int wait_exit(Child& c) {
 void stop(Child& c, int sig, int wait_ms) {
   if (c.pid <= 0) return;
   kill(c.pid, sig);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-  int status = 0;
-  while (waitpid(c.pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() >= until) {
-      kill(c.pid, SIGKILL);
-      waitpid(c.pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!child::wait_for(c.pid, wait_ms)) {
+    kill(c.pid, SIGKILL);
+    (void)child::wait_exit(c.pid);
   }
   c.pid = -1;
   if (c.out_fd >= 0) close(c.out_fd);

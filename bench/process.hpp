@@ -13,23 +13,26 @@
 
 namespace rig::bench {
 
-// A process this harness started. Owner: the harness's main thread; stop() or wait() reaps it.
+// A process this harness started. Owner: the harness's main thread; stop() or wait_exit() reaps
+// it.
 struct Child {
   pid_t pid = -1;
-  int out_fd = -1;  // its stdout, when captured
+  int out_fd = -1;          // its stdout, when captured
+  std::string out_pending;  // what was read from out_fd past the last line read
+
+  // One line of its stdout within `timeout_ms` (rig::child::read_line).
+  std::optional<std::string> line(int timeout_ms);
+  // The rest of its stdout, until end of file.
+  std::string rest();
 };
 
 // Starts argv[0] (a path) with `cpu` >= 0 as its only core (set before exec, so every thread it
 // makes inherits it), its stdout on a pipe when `capture_stdout`, and its stderr appended to
 // `err_path` when that is not empty (else ours), and our environment with `env`'s NAME=VALUE
-// entries set in it.
+// entries set in it: rig::child::spawn with the harness's pipe and log.
 Result<Child> spawn(const std::vector<std::string>& argv, int cpu, bool capture_stdout,
                     const std::string& err_path = {}, const std::vector<std::string>& env = {});
 
-// One line from `fd` within `timeout_ms`, without the newline; nothing on timeout or end of file.
-std::optional<std::string> read_line(int fd, int timeout_ms);
-// Everything from `fd` until end of file.
-std::string read_all(int fd);
 // Waits for the child to end and returns its wait status.
 int wait_exit(Child& c);
 // Sends `sig`, waits up to `wait_ms`, then kills it; closes its pipe.

@@ -11,6 +11,7 @@
 
 #include "clock.hpp"
 #include "process.hpp"
+#include "remote/io/address.hpp"
 #include "scenarios.hpp"
 #include "stats.hpp"
 
@@ -137,13 +138,14 @@ nlohmann::json run_scale(Ctx& ctx) {
         throw std::runtime_error(d.error());
       }
       daemons.push_back(*d);
-      const auto line = read_line(d->out_fd, agent_start_timeout_ms);
-      if (!line || line->rfind("listening ", 0) != 0) {
+      const auto line = d->line(agent_start_timeout_ms);
+      const auto at = rig::remote::parse_listening_line(line.value_or(""));
+      if (!at) {
         stop_daemons();
         throw std::runtime_error("a rigd daemon did not start (see " + ctx.scratch_dir +
                                  "/rigd-scale.log)");
       }
-      addresses.emplace_back("127.0.0.1", std::stoi(line->substr(line->rfind(':') + 1)));
+      addresses.emplace_back(at->host, at->port);
     }
   }
   nlohmann::json points = nlohmann::json::array();
@@ -159,7 +161,7 @@ nlohmann::json run_scale(Ctx& ctx) {
       }
       auto w = spawn({ctx.self_path, "scale-worker", args.dump()}, -1, true);
       if (!w) throw std::runtime_error(w.error());
-      const std::string text = read_all(w->out_fd);
+      const std::string text = w->rest();
       const int status = wait_exit(*w);
       if (status != 0 || text.empty()) {
         throw std::runtime_error("the scale worker for " + std::to_string(count) +

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "remote/io/address.hpp"
+
 namespace rig::bench {
 
 namespace {
@@ -118,8 +120,8 @@ int run_echo_peer(const std::string& host, int port) {
   const int one = 1;
   setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (ls < 0 || bind(ls, ai->ai_addr, ai->ai_addrlen) != 0 || listen(ls, 16) != 0) {
-    std::fprintf(stderr, "rig-bench echo: cannot listen at %s:%d: %s\n", host.c_str(), port,
-                 std::strerror(errno));
+    std::fprintf(stderr, "rig-bench echo: cannot listen at %s: %s\n",
+                 rig::remote::address_text(host, port).c_str(), std::strerror(errno));
     return 1;
   }
   freeaddrinfo(ai);
@@ -128,7 +130,7 @@ int run_echo_peer(const std::string& host, int port) {
   getsockname(ls, reinterpret_cast<sockaddr*>(&sa), &len);
   const int bound = ntohs(sa.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port
                                                    : reinterpret_cast<sockaddr_in*>(&sa)->sin_port);
-  std::printf("listening %s:%d\n", host.c_str(), bound);
+  std::printf("%s\n", rig::remote::listening_line(host, bound).c_str());
   std::fflush(stdout);
   for (;;) {
     const int fd = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
@@ -145,20 +147,14 @@ int run_echo_peer(const std::string& host, int port) {
 EchoClient::EchoClient(const std::string& host, int port, EchoMode mode,
                        std::uint32_t message_bytes)
     : mode_(mode), out_(message_bytes, 0x5A), in_(message_bytes) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* ai = nullptr;
-  const std::string service = std::to_string(port);
-  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &ai) != 0 || ai == nullptr) {
-    throw std::runtime_error("cannot resolve the echo peer " + host);
+  const auto peer = rig::remote::resolve(host, port);
+  if (!peer) throw std::runtime_error("the echo peer: " + peer.error());
+  const socklen_t peer_bytes =
+      peer->ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  fd_ = socket(peer->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0 || connect(fd_, reinterpret_cast<const sockaddr*>(&*peer), peer_bytes) != 0) {
+    fail("cannot connect to the echo peer " + rig::remote::address_text(host, port));
   }
-  fd_ = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0 || connect(fd_, ai->ai_addr, ai->ai_addrlen) != 0) {
-    freeaddrinfo(ai);
-    fail("cannot connect to the echo peer " + host + ":" + service);
-  }
-  freeaddrinfo(ai);
   no_delay(fd_);
   const char m = static_cast<char>(mode);
   send_all(&m, 1);

@@ -18,10 +18,10 @@ ALLOWED = {
     "program": ["rig", "core"],
     "backends": ["rig", "core", "program", "backends/*"],
     "backends/*": ["rig", "core", "program", "backends", "backends/*"],
-    "remote": [],
+    "remote": ["core"],  # limits.hpp declares its tunables with core/tunables.hpp
     "remote/wire": ["rig", "core", "remote"],
     "remote/trust": ["rig", "remote", "remote/wire"],
-    "remote/io": ["rig", "remote", "remote/wire", "remote/trust"],
+    "remote/io": ["rig", "core", "remote", "remote/wire", "remote/trust"],
     "remote/job": ["rig", "remote", "remote/wire", "remote/trust", "remote/io"],
     "remote/controller": ["rig", "core", "program"] + BELOW_JOB,
     "remote/agent": ["rig", "core", "program", "backends"] + BELOW_JOB,

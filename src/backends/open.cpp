@@ -1,5 +1,4 @@
 // Opening devices: the one place that knows every backend.
-#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -29,38 +28,20 @@ Opened& opened() {
 }
 
 unsigned sim_device_count() {
-  const char* env = std::getenv("RIG_SIM_DEVICES");
-  if (env == nullptr || *env == '\0') return detail::sim_devices_default;
-  char* end = nullptr;
-  const unsigned long n = std::strtoul(env, &end, 10);
-  if (*end != '\0' || n > detail::sim_devices_max) {
-    throw std::invalid_argument("rig: RIG_SIM_DEVICES='" + std::string(env) +
-                                "' is not a count from 0 to " +
-                                std::to_string(detail::sim_devices_max));
-  }
-  return static_cast<unsigned>(n);
+  return static_cast<unsigned>(detail::read_tunable(detail::sim_devices_tunable));
 }
 
-// The options rig::open(Kind::sim) gives its devices: the defaults, but for RIG_SIM_LATENCY_US
-// ("MIN-MAX", microseconds per copy or run, drawn at random per operation) and RIG_SIM_SEED, so
-// that an agent's SIM devices can be made slow and irregular for tests of ordering across machines.
+// The options rig::open(Kind::sim) gives its devices: the defaults, but for the latency and seed
+// tunables (core/limits.hpp).
 sim::Options sim_default_options(unsigned index) {
   sim::Options o;
-  if (const char* env = std::getenv("RIG_SIM_LATENCY_US"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const unsigned long long lo = std::strtoull(env, &end, 10);
-    unsigned long long hi = lo;
-    if (*end == '-') hi = std::strtoull(end + 1, &end, 10);
-    if (*end != '\0' || hi < lo || hi > 10'000'000) {
-      throw std::invalid_argument("rig: RIG_SIM_LATENCY_US='" + std::string(env) +
-                                  "' is not MIN-MAX microseconds, at most 10 s");
-    }
-    o.latency_min_ns = lo * 1000;
-    o.latency_max_ns = hi * 1000;
-  }
-  if (const char* env = std::getenv("RIG_SIM_SEED"); env != nullptr && *env != '\0') {
-    o.seed = std::strtoull(env, nullptr, 10);
-  }
+  static_assert(sim::Options{}.latency_min_ns == detail::sim_latency_us_default * 1000 &&
+                sim::Options{}.seed == detail::sim_seed_default);
+  const detail::TunableRange latency_us =
+      detail::read_tunable_range(detail::sim_latency_us_tunable);
+  o.latency_min_ns = latency_us.low * 1000;
+  o.latency_max_ns = latency_us.high * 1000;
+  o.seed = detail::read_tunable(detail::sim_seed_tunable);
   o.seed = o.seed * 1000003 + index;  // each device draws its own sequence
   return o;
 }

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/tunables.hpp"
+
 namespace rig::detail {
 
 // A waiter spins this long on a timeline word before it sleeps: waking a sleeping thread costs
@@ -16,8 +18,40 @@ inline constexpr std::size_t submission_parts_max = 4096;
 // Arguments of one run.
 inline constexpr std::size_t run_args_max = 256;
 
+// The tunables of the local runtime and its backends (core/tunables.hpp says how each is read).
+
 // Default number of SIM devices rig::open(Kind::sim) opens; RIG_SIM_DEVICES overrides it.
 inline constexpr unsigned sim_devices_default = 2;
 inline constexpr unsigned sim_devices_max = 64;
+inline constexpr Tunable sim_devices_tunable{"RIG_SIM_DEVICES", "a count", sim_devices_default,
+                                             sim_devices_max};
+
+// The latency of each copy or run on the SIM devices rig::open(Kind::sim) opens, "MIN-MAX" (drawn
+// at random per operation) or one value, so that an agent's SIM devices can be made slow and
+// irregular for tests of ordering across machines. None by default; at most 10 s.
+inline constexpr std::uint64_t sim_latency_us_default = 0;
+inline constexpr std::uint64_t sim_latency_us_max = 10'000'000;
+inline constexpr Tunable sim_latency_us_tunable{"RIG_SIM_LATENCY_US", "a time in microseconds",
+                                                sim_latency_us_default, sim_latency_us_max,
+                                                /*range=*/true};
+// The seed of those draws (each device mixes its index in).
+inline constexpr std::uint64_t sim_seed_default = 1;
+inline constexpr Tunable sim_seed_tunable{"RIG_SIM_SEED", "a seed", sim_seed_default, UINT64_MAX};
+
+// How long the CUDA backend polls for the end of work before a completion thread blocks in
+// cuEventSynchronize (which sleeps: events are made with CU_EVENT_BLOCKING_SYNC), and how long it
+// watches for new work after the last before it sleeps on its condition variable. On an H200 a
+// polled 64 B copy completes in about 7 us, while waking a sleeping thread costs several
+// microseconds and a host-function wake-up 19-59 us; a poll of a few tens of microseconds catches
+// small, back-to-back work early without burning a core on long work or on an idle device.
+// RIG_CUDA_POLL_NS overrides it (0: never poll), for the benchmark that compares the two.
+inline constexpr std::uint64_t cuda_poll_ns_default = 50'000;
+inline constexpr std::uint64_t cuda_poll_ns_max = 1'000'000'000;
+inline constexpr Tunable cuda_poll_ns_tunable{"RIG_CUDA_POLL_NS", "a time in nanoseconds",
+                                              cuda_poll_ns_default, cuda_poll_ns_max};
+
+// Every tunable above, for a program's check at its start (rigd's).
+inline constexpr Tunable core_tunables[] = {sim_devices_tunable, sim_latency_us_tunable,
+                                            sim_seed_tunable, cuda_poll_ns_tunable};
 
 }  // namespace rig::detail

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/tunables.hpp"
+
 namespace rig::remote {
 
 inline constexpr std::size_t KiB = 1024;
@@ -69,5 +71,32 @@ inline constexpr std::uint64_t handshake_timeout_ms = 10'000;
 // 4 KiB, about a tenth of a large copy's time (bench/README.md).
 inline constexpr std::size_t staging_cache_bytes_max = 1024 * MiB;
 inline constexpr std::int64_t staging_idle_release_ms = 1000;
+
+// The remote layer's tunables (core/tunables.hpp says how each is read).
+
+// How long the loop polls after activity before it sleeps in epoll again. Waking a thread that
+// sleeps costs 30-80 us on small VMs (DESIGN.md section 5), and once both ends of a job poll, a
+// SIM copy's whole round trip takes about 60 us there (bench/README.md): 100 us catches the answer
+// and the next request without a wake-up (50 us missed half of them), and bounds what a lone
+// request costs. The poll yields the core at every turn, and an idle loop (heartbeats only) never
+// polls. RIG_LOOP_SPIN_US overrides it (0: never poll), for the benchmark's comparison.
+inline constexpr std::uint64_t loop_spin_us_default = 100;
+inline constexpr std::uint64_t loop_spin_us_max = 1'000'000;
+inline constexpr rig::detail::Tunable loop_spin_us_tunable{
+    "RIG_LOOP_SPIN_US", "a time in microseconds", loop_spin_us_default, loop_spin_us_max};
+
+// How long an agent's loop polls a device's timeline after giving it work, before it asks a helper
+// thread to sleep on it instead. Short work (a small copy, a tiny kernel) ends within the budget
+// and is reported without a thread wake-up, which costs tens of microseconds on small VMs; long
+// work costs the loop no more than this. RIG_AGENT_POLL_US overrides it (0: never poll), for the
+// benchmark's comparison of the two paths.
+inline constexpr std::uint64_t agent_poll_us_default = 200;
+inline constexpr std::uint64_t agent_poll_us_max = 1'000'000;
+inline constexpr rig::detail::Tunable agent_poll_us_tunable{
+    "RIG_AGENT_POLL_US", "a time in microseconds", agent_poll_us_default, agent_poll_us_max};
+
+// Every tunable above, for a program's check at its start (rigd's).
+inline constexpr rig::detail::Tunable remote_tunables[] = {loop_spin_us_tunable,
+                                                           agent_poll_us_tunable};
 
 }  // namespace rig::remote

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,11 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "child/child.hpp"
 #include "program/file.hpp"
 #include "program/format.hpp"
 #include "rig/program.hpp"
-
-extern char** environ;
 
 namespace rig::test {
 
@@ -139,32 +137,20 @@ struct Outcome {
 // removes NAME), its stdout and stderr to files in `scratch`. Returns the pid.
 inline pid_t start(const std::vector<std::string>& argv, const std::vector<std::string>& env_set,
                    const ScratchDir& scratch) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const std::string name = entry.substr(0, entry.find('='));
-    bool replaced = false;
-    for (const std::string& s : env_set) replaced |= s.substr(0, s.find('=')) == name;
-    if (!replaced) env.push_back(entry);
-  }
-  for (const std::string& s : env_set) {
-    if (s.find('=') != std::string::npos) env.push_back(s);
-  }
-  std::vector<char*> cargv, cenv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
   const std::string out = scratch / "stdout", err = scratch / "stderr";
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = 0;
-  const int e = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (e != 0) throw std::runtime_error("cannot start " + argv[0]);
-  return pid;
+  const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (out_fd < 0 || err_fd < 0) throw std::runtime_error("cannot open " + out + " or " + err);
+  rig::child::Spec spec;
+  spec.argv = argv;
+  spec.env = env_set;
+  spec.stdout_fd = out_fd;
+  spec.stderr_fd = err_fd;
+  const auto pid = rig::child::spawn(spec);
+  ::close(out_fd);
+  ::close(err_fd);
+  if (!pid) throw std::runtime_error("cannot start " + argv[0] + ": " + pid.error());
+  return *pid;
 }
 
 inline Outcome finish(pid_t pid, const ScratchDir& scratch) {

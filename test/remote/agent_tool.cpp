@@ -1,23 +1,37 @@
 // An agent in a process of its own, for tests that break what serve relies on.
-//   rig-test-agent KEY_FILE [--break-listener]
-// Listens at 127.0.0.1, port 0, and prints "listening PORT". --break-listener then shuts the
-// listening socket down, so that every accept fails (EINVAL on Linux). Serves one job and prints
-// "closed", or "error: WHY" and exits 1.
+//   rig-test-agent KEY_FILE [--break-listener] [--sim]
+// Listens at 127.0.0.1, port 0, and prints "listening 127.0.0.1:PORT" as rigd does.
+// --break-listener then shuts the listening socket down, so that every accept fails (EINVAL on
+// Linux). --sim serves SIM devices as rigd does, but with no check of the RIG_* tunables at start,
+// so that a bad one fails the job when its opener runs. Serves one job and prints "closed", or
+// "error: WHY" and exits 1.
 #include <sys/socket.h>
 
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "remote/agent/agent.hpp"
+#include "remote/io/address.hpp"
 #include "rig/remote.hpp"
+#include "rig/rig.hpp"
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: rig-test-agent KEY_FILE [--break-listener]\n");
+  bool break_listener = false;
+  bool sim = false;
+  bool known = argc >= 2;
+  for (int i = 2; i < argc; ++i) {
+    break_listener = break_listener || std::strcmp(argv[i], "--break-listener") == 0;
+    sim = sim || std::strcmp(argv[i], "--sim") == 0;
+    known = known &&
+            (std::strcmp(argv[i], "--break-listener") == 0 || std::strcmp(argv[i], "--sim") == 0);
+  }
+  if (!known) {
+    std::fprintf(stderr, "usage: rig-test-agent KEY_FILE [--break-listener] [--sim]\n");
     return 2;
   }
-  const bool break_listener = argc > 2 && std::strcmp(argv[2], "--break-listener") == 0;
   auto key = rig::remote::read_key(argv[1]);
   if (!key) {
     std::printf("error: %s\n", key.error().c_str());
@@ -28,10 +42,15 @@ int main(int argc, char** argv) {
     std::printf("error: %s\n", agent.error().c_str());
     return 1;
   }
-  std::printf("listening %d\n", agent->port());
+  std::printf("%s\n", rig::remote::listening_line("127.0.0.1", agent->port()).c_str());
   std::fflush(stdout);
   if (break_listener) ::shutdown(rig::remote::listener_fd(*agent), SHUT_RD);
-  auto r = rig::remote::serve(*agent, {});
+  std::vector<std::pair<std::string, rig::remote::Opener>> kinds;
+  if (sim) {
+    kinds.emplace_back(
+        "SIM", []() -> rig::Result<std::vector<rig::Device>> { return rig::open(rig::Kind::sim); });
+  }
+  auto r = rig::remote::serve(*agent, kinds);
   if (!r) {
     std::printf("error: %s\n", r.error().c_str());
     return 1;

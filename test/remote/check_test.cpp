@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "remote/io/address.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/process.hpp"
 
@@ -20,10 +21,10 @@ struct Checked {
   std::vector<std::string> lines;
 };
 
-// Runs `rig check` on `agents` with `key_file` and collects its stdout and exit status.
-Checked rig_check(const std::string& key_file, const std::vector<Rigd*>& agents) {
+// Runs `rig check` on the agents `names` with `key_file` and collects its stdout and exit status.
+Checked rig_check_names(const std::string& key_file, const std::vector<std::string>& names) {
   std::vector<std::string> argv = {rig::test::env("RIG_RIG"), "check", "--key", key_file};
-  for (Rigd* a : agents) argv.push_back(a->name());
+  argv.insert(argv.end(), names.begin(), names.end());
   Process p(argv);
   Checked c;
   // A healthy check of two agents takes well under a second; a failing one under the job's 10 s.
@@ -32,6 +33,12 @@ Checked rig_check(const std::string& key_file, const std::vector<Rigd*>& agents)
   REQUIRE(WIFEXITED(status));
   c.status = WEXITSTATUS(status);
   return c;
+}
+
+Checked rig_check(const std::string& key_file, const std::vector<Rigd*>& agents) {
+  std::vector<std::string> names;
+  for (Rigd* a : agents) names.push_back(a->name());
+  return rig_check_names(key_file, names);
 }
 
 std::string joined(const std::vector<std::string>& lines) {
@@ -105,15 +112,62 @@ TEST_CASE("rig check names an agent whose devices do not open, checks the rest, 
 
 TEST_CASE("rig check reports a job that fails while it opens devices, and exits 1") {
   const auto key = rig::test::make_key_file("check-fail");
-  // The opener raises (a malformed count), which fails the job on the agent with that text.
-  Rigd a(key, {}, {"RIG_SIM_DEVICES=lots"});
-  const Checked c = rig_check(key, {&a});
+  // The opener raises (a malformed count), which fails the job on the agent with that text. rigd
+  // refuses such a value at its start (below); this agent serves SIM as rigd does but checks
+  // nothing at its start, so the value reaches the opener.
+  Process agent({rig::test::env("RIG_TEST_AGENT"), key, "--sim"}, {"RIG_SIM_DEVICES=lots"});
+  const auto listening = agent.line();
+  REQUIRE(listening.has_value());
+  const auto at = rig::remote::parse_listening_line(*listening);
+  REQUIRE(at.ok());
+  const std::string name = rig::remote::address_text(at->host, at->port);
+  const Checked c = rig_check_names(key, {name});
   INFO(joined(c.lines));
   CHECK(c.status == 1);
   REQUIRE(c.lines.size() == 3);
-  CHECK(std::regex_match(c.lines[1], host_line(a.name())));
-  CHECK(c.lines[2] == "rig check: the job failed: " + a.name() +
+  CHECK(std::regex_match(c.lines[1], host_line(name)));
+  CHECK(c.lines[2] == "rig check: the job failed: " + name +
                           " aborted: rig: RIG_SIM_DEVICES='lots' is not a count from 0 to 64");
+  CHECK(agent.line(5000) == "error: rig: RIG_SIM_DEVICES='lots' is not a count from 0 to 64");
+}
+
+TEST_CASE("rigd refuses a bad value of any RIG_* tunable at its start: exit 2, naming both") {
+  const auto key = rig::test::make_key_file("check-tunables");
+  struct Case {
+    std::string setting;
+    std::string error;
+  };
+  for (const Case& c : {
+           Case{"RIG_LOOP_SPIN_US=abc",
+                "rig: RIG_LOOP_SPIN_US='abc' is not a time in microseconds from 0 to 1000000"},
+           Case{"RIG_AGENT_POLL_US=-1",
+                "rig: RIG_AGENT_POLL_US='-1' is not a time in microseconds from 0 to 1000000"},
+           Case{"RIG_CUDA_POLL_NS=1000000001",
+                "rig: RIG_CUDA_POLL_NS='1000000001' is not a time "
+                "in nanoseconds from 0 to 1000000000"},
+           Case{"RIG_SIM_DEVICES=lots", "rig: RIG_SIM_DEVICES='lots' is not a count from 0 to 64"},
+           Case{"RIG_SIM_LATENCY_US=9-1",
+                "rig: RIG_SIM_LATENCY_US='9-1' is not a time in "
+                "microseconds from 0 to 10000000, or MIN-MAX of two"},
+           Case{"RIG_SIM_SEED=0x10",
+                "rig: RIG_SIM_SEED='0x10' is not a seed from 0 to "
+                "18446744073709551615"},
+       }) {
+    CAPTURE(c.setting);
+    // The daemon, and the --once agent a launcher starts: neither binds its port.
+    for (bool once : {false, true}) {
+      std::vector<std::string> argv = {rig::test::env("RIG_RIGD"), "--key", key, "--listen",
+                                       "127.0.0.1:0"};
+      if (once) argv.push_back("--once");
+      Process rigd(argv, {c.setting});
+      CHECK(rigd.err_line() == "rigd: " + c.error);
+      CHECK(rigd.line(5000) == std::nullopt);  // no listening line: it stopped before it bound
+      REQUIRE(rigd.wait_for(5000));
+      const int status = rigd.wait();
+      REQUIRE(WIFEXITED(status));
+      CHECK(WEXITSTATUS(status) == 2);
+    }
+  }
 }
 
 TEST_CASE("rig check reports a job that does not start, and exits 1") {

@@ -1,14 +1,17 @@
 // A controller in a process of its own, for tests that need one to kill, or two at once.
 //   rig-test-controller KEY_FILE [--hold-ms N] HOST:PORT...
 // Prints "started" once the job starts, waits N ms, closes and prints "closed"; or prints
-// "error: WHY" and exits 1.
+// "error: WHY" (a failed start, or what connect raised) and exits 1.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "remote/io/address.hpp"
 #include "rig/remote.hpp"
 
 int main(int argc, char** argv) {
@@ -29,10 +32,24 @@ int main(int argc, char** argv) {
       hold_ms = std::atoi(argv[++i]);
       continue;
     }
-    const auto colon = a.rfind(':');
-    agents.emplace_back(a.substr(0, colon), std::atoi(a.c_str() + colon + 1));
+    auto at = rig::remote::parse_address(a);
+    if (!at) {
+      std::fprintf(stderr, "rig-test-controller: '%s' is not HOST:PORT: %s\n", a.c_str(),
+                   at.error().c_str());
+      return 2;
+    }
+    agents.emplace_back(at->host, at->port);
   }
-  auto job = rig::remote::connect(*key, agents);
+  // Misuse and a bad RIG_* tunable raise from connect: printed like a failed start.
+  std::optional<rig::Result<rig::remote::Job>> started;
+  try {
+    started.emplace(rig::remote::connect(*key, agents));
+  } catch (const std::invalid_argument& e) {
+    std::printf("error: %s\n", e.what());
+    std::fflush(stdout);  // now, not after the exit handlers have run
+    return 1;
+  }
+  auto& job = *started;
   if (!job) {
     std::printf("error: %s\n", job.error().c_str());
     return 1;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "remote/controller/launch.hpp"
+#include "remote/io/address.hpp"
 #include "remote/job/process.hpp"
 #include "remote/trust/handshake.hpp"
 #include "remote/wire/codec.hpp"
@@ -576,8 +577,10 @@ TEST_CASE("an accept error other than a shortage ends serve with an Error naming
   Process agent({rig::test::env("RIG_TEST_AGENT"), key_file, "--break-listener"});
   const auto listening = agent.line();
   REQUIRE(listening.has_value());
-  REQUIRE(listening->rfind("listening ", 0) == 0);
-  const std::string port = listening->substr(std::string("listening ").size());
+  const auto at = rig::remote::parse_listening_line(*listening);
+  REQUIRE(at.ok());
+  REQUIRE(at->host == "127.0.0.1");
+  const std::string port = std::to_string(at->port);
   CHECK(agent.line(5000) ==
         "error: cannot accept a connection at 127.0.0.1:" + port + ": Invalid argument");
   CHECK(agent.wait_for(5000));

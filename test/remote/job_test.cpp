@@ -89,6 +89,21 @@ TEST_CASE("an agent that cannot be reached fails connect with its name") {
                   ": cannot connect: connection refused") != std::string::npos);
 }
 
+TEST_CASE("a controller's first connect raises for a bad RIG_* tunable, naming it and its value") {
+  const std::string key_file = make_key_file("tunable");
+  Rigd a(key_file);
+  // The runtime reads its tunables when it starts, in the first connect: no default is used
+  // silently, and no agent is dialled.
+  Process controller({env("RIG_TEST_CONTROLLER"), key_file, a.name()}, {"RIG_LOOP_SPIN_US=abc"});
+  CHECK(controller.line().value_or("(no line)") ==
+        "error: rig: RIG_LOOP_SPIN_US='abc' is not a time in microseconds from 0 to 1000000");
+  CHECK(WEXITSTATUS(controller.wait()) == 1);
+  // The agent is still free: a job starts on it at once.
+  auto job = rig::remote::connect(load_key(key_file), {a.address()});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  job->close();
+}
+
 TEST_CASE("a second controller is told that the agent serves another job") {
   const std::string key_file = make_key_file("second");
   Rigd a(key_file);

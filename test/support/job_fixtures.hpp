@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "remote/io/address.hpp"
 #include "rig/remote.hpp"
 #include "support/process.hpp"
 
@@ -101,15 +102,17 @@ struct Rigd {
     p = std::make_unique<Process>(argv, env_extra);
     const auto line = p->line();
     REQUIRE_MESSAGE(line.has_value(), "rigd printed no listening line");
-    REQUIRE(line->rfind("listening 127.0.0.1:", 0) == 0);
-    port = std::stoi(line->substr(line->rfind(':') + 1));
+    const auto at = rig::remote::parse_listening_line(*line);
+    REQUIRE_MESSAGE(at.ok(), *line << ": " << (at.ok() ? "" : at.error()));
+    REQUIRE(at->host == "127.0.0.1");
+    port = at->port;
     REQUIRE(port > 0);
   }
   ~Rigd() {
     p->signal(SIGTERM);
     p->wait_for(5000);
   }
-  std::string name() const { return "127.0.0.1:" + std::to_string(port); }
+  std::string name() const { return rig::remote::address_text("127.0.0.1", port); }
   rig::remote::Address address() const { return {"127.0.0.1", port}; }
 
   // The process serving job `n`, from rigd's log.

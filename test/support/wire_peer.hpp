@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "remote/io/address.hpp"
 #include "remote/trust/handshake.hpp"
 #include "remote/wire/codec.hpp"
 #include "remote/wire/frame.hpp"
@@ -48,7 +49,7 @@ struct FakeAgent {
   ~FakeAgent() { ::close(fd); }
   FakeAgent(const FakeAgent&) = delete;
   FakeAgent& operator=(const FakeAgent&) = delete;
-  std::string name() const { return "127.0.0.1:" + std::to_string(port); }
+  std::string name() const { return rig::remote::address_text("127.0.0.1", port); }
 
   // Accepts one connection and proves `key` to it as an agent would; returns the socket.
   int accept_and_prove(const rig::remote::Key& key) {

@@ -8,13 +8,13 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "remote/io/address.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
 
@@ -114,25 +114,9 @@ int cmd_check(std::span<char*> args) {
       std::fputs(check_usage, stdout);
       return rig::cli::exit_ok;
     } else {
-      std::string host;
-      std::string port;
-      if (!a.empty() && a.front() == '[') {
-        const auto close = a.find("]:");
-        if (close == std::string::npos) return usage("'" + a + "' is not [HOST]:PORT");
-        host = a.substr(1, close - 1);
-        port = a.substr(close + 2);
-      } else {
-        const auto colon = a.rfind(':');
-        if (colon == std::string::npos) return usage("'" + a + "' is not HOST:PORT");
-        host = a.substr(0, colon);
-        port = a.substr(colon + 1);
-      }
-      char* end = nullptr;
-      const long p = std::strtol(port.c_str(), &end, 10);
-      if (port.empty() || *end != '\0' || p <= 0 || p > 65535) {
-        return usage("bad port in '" + a + "'");
-      }
-      agents.emplace_back(host, static_cast<int>(p));
+      auto at = rig::remote::parse_address(a);
+      if (!at) return usage("'" + a + "' is not HOST:PORT: " + at.error());
+      agents.emplace_back(at->host, at->port);
     }
   }
   if (key_file.empty()) return usage("--key FILE is required");

@@ -1,7 +1,6 @@
 #include "process.hpp"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-extern char** environ;
+#include "child/child.hpp"
 
 namespace rig::cli {
 
@@ -73,44 +72,33 @@ std::string JobEnd::describe() const {
 
 namespace {
 
-// The attributes and file actions of one posix_spawnp call. Owner: run_jobs. Thread: its.
-// Lifetime: the call.
-class SpawnSetup {
- public:
-  explicit SpawnSetup(const Job& job) {
-    posix_spawn_file_actions_init(&actions_);
-    posix_spawnattr_init(&attr_);
-    posix_spawn_file_actions_addopen(&actions_, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions_, STDOUT_FILENO, job.log_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&actions_, STDOUT_FILENO, STDERR_FILENO);
-    // The child starts with nothing blocked: our held signals are ours, not the compiler's.
-    sigset_t none;
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&attr_, &none);
-    // A process group of its own, so that stopping a job stops everything it started (a compiler
-    // driver's cc1 and ld, a wrapper script's children).
-    posix_spawnattr_setpgroup(&attr_, 0);
-    posix_spawnattr_setflags(&attr_, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-    for (const std::string& a : job.argv) argv_.push_back(const_cast<char*>(a.c_str()));
-    argv_.push_back(nullptr);
+// Starts `job` as run_jobs's header says; the pid, or why it could not run.
+Result<pid_t> start(const Job& job) {
+  const std::string cannot = "cannot run '" + job.argv[0] + "': ";
+  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (in < 0) return Error(cannot + "/dev/null: " + std::strerror(errno));
+  const int log = ::open(job.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (log < 0) {
+    const int e = errno;
+    close(in);
+    return Error(cannot + job.log_path + ": " + std::strerror(e));
   }
-  ~SpawnSetup() {
-    posix_spawnattr_destroy(&attr_);
-    posix_spawn_file_actions_destroy(&actions_);
-  }
-  SpawnSetup(const SpawnSetup&) = delete;
-  SpawnSetup& operator=(const SpawnSetup&) = delete;
-
-  int spawn(pid_t* pid) {
-    return posix_spawnp(pid, argv_[0], &actions_, &attr_, argv_.data(), environ);
-  }
-
- private:
-  posix_spawn_file_actions_t actions_;
-  posix_spawnattr_t attr_;
-  std::vector<char*> argv_;
-};
+  child::Spec spec;
+  spec.argv = job.argv;
+  spec.search_path = true;
+  spec.stdin_fd = in;
+  spec.stdout_fd = log;
+  spec.stderr_fd = log;
+  // A process group of its own, so that stopping a job stops everything it started (a compiler
+  // driver's cc1 and ld, a wrapper script's children).
+  spec.own_group = true;
+  // The child starts with nothing blocked: our held signals are ours, not the compiler's.
+  spec.unblock_signals = true;
+  auto pid = child::spawn(spec);
+  close(in);
+  close(log);
+  return pid;
+}
 
 struct Running {
   pid_t pid;
@@ -134,15 +122,14 @@ std::vector<JobEnd> run_jobs(const std::vector<Job>& jobs, std::size_t parallel_
         failed = true;
         break;
       }
-      pid_t pid = 0;
-      const int e = SpawnSetup(jobs[i]).spawn(&pid);
-      if (e != 0) {
-        ends[i].start_error = "cannot run '" + jobs[i].argv[0] + "': " + std::strerror(e);
+      const auto pid = start(jobs[i]);
+      if (!pid) {
+        ends[i].start_error = pid.error();
         failed = true;
         break;
       }
       ends[i].started = true;
-      running.push_back({pid, i});
+      running.push_back({*pid, i});
     }
     if (running.empty()) break;
 

@@ -1,5 +1,5 @@
-// Running other programs from the CLI (compilers for `rig pack`): fork/exec through posix_spawnp,
-// never a shell, with output captured to files in a private temporary directory, and clean-up on
+// Running other programs from the CLI (compilers for `rig pack`): through child::spawn, never a
+// shell, with output captured to files in a private temporary directory, and clean-up on
 // every path, including Ctrl-C.
 #pragma once
 
@@ -71,7 +71,7 @@ struct Job {
 // How a job ended.
 struct JobEnd {
   bool started = false;
-  std::string start_error;  // why posix_spawnp failed, when !started
+  std::string start_error;  // why it could not run, when !started
   int wait_status = 0;      // as waitpid reports it, when started
 
   bool succeeded() const;

@@ -8,7 +8,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sodium.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,10 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "child/child.hpp"
 #include "commands.hpp"
 #include "process.hpp"
-
-extern char** environ;
+#include "remote/io/address.hpp"
 
 namespace {
 
@@ -52,61 +51,26 @@ int usage(const std::string& why) {
 struct Member {
   std::string name;
   pid_t pid = -1;
-  int report_fd = -1;  // read end of its report pipe
-  int out_fd = -1;     // an agent's stdout, for its listening line
-  std::string report;  // what it reported
+  int report_fd = -1;       // read end of its report pipe
+  int out_fd = -1;          // an agent's stdout, for its listening line
+  std::string out_pending;  // what was read from out_fd past its listening line
+  std::string report;       // what it reported
   bool report_done = false;
   int status = 0;
   bool reaped = false;
 };
 
-// Spawns argv with `env` added to the environment, the write end `report_w` of its report pipe kept
-// open in it, and its stdout on `out_w` when that is not -1.
-std::optional<pid_t> spawn(const std::vector<std::string>& argv,
-                           const std::vector<std::string>& env, int report_w, int out_w,
-                           std::string& error) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (out_w >= 0) posix_spawn_file_actions_adddup2(&fa, out_w, STDOUT_FILENO);
-  fcntl(report_w, F_SETFD, 0);  // inherited; every other descriptor of ours is close-on-exec
-  std::vector<std::string> env_store;
-  for (char** e = environ; *e != nullptr; ++e) env_store.emplace_back(*e);
-  for (const auto& e : env) env_store.push_back(e);
-  std::vector<char*> envp;
-  for (auto& e : env_store) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, argv[0].c_str(), &fa, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  fcntl(report_w, F_SETFD, FD_CLOEXEC);
-  if (rc != 0) {
-    error = "cannot run " + argv[0] + ": " + std::strerror(rc);
-    return std::nullopt;
-  }
-  return pid;
-}
-
-// A line from `fd` within `ms`, or nothing.
-std::optional<std::string> read_line(int fd, int ms) {
-  std::string buf;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  for (;;) {
-    const auto nl = buf.find('\n');
-    if (nl != std::string::npos) return buf.substr(0, nl);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          until - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) return std::nullopt;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-    char c[256];
-    const ssize_t n = read(fd, c, sizeof c);
-    if (n <= 0) return std::nullopt;
-    buf.append(c, static_cast<std::size_t>(n));
-  }
+// Spawns argv (looked up in PATH) with `env` set in its environment, the write end `report_w` of
+// its report pipe kept open in it, and its stdout on `out_w` when that is not -1.
+rig::Result<pid_t> spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         int report_w, int out_w) {
+  rig::child::Spec spec;
+  spec.argv = argv;
+  spec.search_path = true;
+  spec.env = env;
+  spec.stdout_fd = out_w;
+  spec.keep_fds = {report_w};  // inherited; every other descriptor of ours is close-on-exec
+  return rig::child::spawn(spec);
 }
 
 std::string rigd_path(const std::optional<std::string>& given) {
@@ -228,30 +192,32 @@ int cmd_run(std::span<char*> args) {
       stop_all(SIGKILL);
       return exit_failure;
     }
-    std::string error;
     const auto pid =
         spawn({rigd_exe, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", kinds, "--once"},
-              {"RIG_REMOTE_REPORT=" + std::to_string(report[1])}, report[1], out[1], error);
+              {"RIG_REMOTE_REPORT=" + std::to_string(report[1])}, report[1], out[1]);
     close(report[1]);
     close(out[1]);
     m.report_fd = report[0];
     m.out_fd = out[0];
     if (!pid) {
-      std::fprintf(stderr, "rig run: %s could not start: %s\n", m.name.c_str(), error.c_str());
+      std::fprintf(stderr, "rig run: %s could not start: %s\n", m.name.c_str(),
+                   pid.error().c_str());
       stop_all(SIGKILL);
       return exit_failure;
     }
     m.pid = *pid;
     members.push_back(m);
-    const auto line = read_line(m.out_fd, agent_start_timeout_ms);
-    if (!line || line->rfind("listening ", 0) != 0) {
+    const auto line = rig::child::read_line(m.out_fd, m.out_pending, agent_start_timeout_ms);
+    const auto at = rig::remote::parse_listening_line(line.value_or(""));
+    if (!at) {
       std::fprintf(stderr, "rig run: %s could not start: %s\n", m.name.c_str(),
                    line ? ("it said '" + *line + "'").c_str() : "it printed no listening line");
       stop_all(SIGKILL);
       for (Member& o : members) waitpid(o.pid, nullptr, 0);
       return exit_failure;
     }
-    agents_env += (i == 0 ? "" : ",") + m.name + "=" + line->substr(std::strlen("listening "));
+    agents_env +=
+        (i == 0 ? "" : ",") + m.name + "=" + rig::remote::address_text(at->host, at->port);
   }
 
   // The controller.
@@ -263,15 +229,14 @@ int cmd_run(std::span<char*> args) {
       stop_all(SIGKILL);
       return exit_failure;
     }
-    std::string error;
     const auto pid = spawn(program,
                            {"RIG_REMOTE_AGENTS=" + agents_env, "RIG_REMOTE_KEY=" + std::string(hex),
                             "RIG_REMOTE_REPORT=" + std::to_string(report[1])},
-                           report[1], -1, error);
+                           report[1], -1);
     close(report[1]);
     c.report_fd = report[0];
     if (!pid) {
-      std::fprintf(stderr, "rig run: %s\n", error.c_str());
+      std::fprintf(stderr, "rig run: %s\n", pid.error().c_str());
       stop_all(SIGTERM);
       for (Member& o : members) waitpid(o.pid, nullptr, 0);
       return exit_failure;

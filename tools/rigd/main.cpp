@@ -9,10 +9,10 @@
 // agent a launcher such as `rig run` starts, reporting on RIG_REMOTE_REPORT.
 //
 // Exit codes: 0 after a clean stop (SIGTERM or SIGINT), 1 on a runtime failure, 2 on a usage
-// error, 3 when the watchdog ends a shutdown that hangs.
+// error (a bad argument, or a bad value of a RIG_* tunable), 3 when the watchdog ends a shutdown
+// that hangs.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,12 +22,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "child/child.hpp"
+#include "core/limits.hpp"
 #include "remote/agent/agent.hpp"
+#include "remote/io/address.hpp"
 #include "remote/job/process.hpp"
+#include "remote/limits.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
 
@@ -85,16 +90,11 @@ Options parse(int argc, char** argv) {
       o.key_file = value();
     } else if (arg == "--listen") {
       const std::string v = value();
-      const std::size_t colon = v.rfind(':');
-      if (colon == std::string::npos) usage("--listen takes HOST:PORT, not '" + v + "'");
-      o.host = v.substr(0, colon);
-      if (o.host.size() >= 2 && o.host.front() == '[' && o.host.back() == ']') {
-        o.host = o.host.substr(1, o.host.size() - 2);
-      }
-      char* end = nullptr;
-      const long p = std::strtol(v.c_str() + colon + 1, &end, 10);
-      if (*end != '\0' || p < 0 || p > 65535) usage("bad port in --listen " + v);
-      o.port = static_cast<int>(p);
+      // Port 0: the system chooses, and the listening line says which.
+      auto at = rig::remote::parse_address(v, rig::remote::PortZero::allowed);
+      if (!at) usage("--listen takes HOST:PORT, not '" + v + "': " + at.error());
+      o.host = at->host;
+      o.port = at->port;
     } else if (arg == "--once") {
       o.once = true;
     } else if (arg == "--kinds") {
@@ -164,8 +164,8 @@ int serve_one(const Options& o, const rig::remote::Key& key) {
   // which it learns even when the child dies without a word. Both lines carry the job's number.
   const std::string prefix = "job " + std::to_string(o.job) + ": ";
   rig::remote::set_agent_log([prefix](const std::string& line) { log(prefix + line); });
-  auto agent =
-      rig::remote::adopt_listener(key, o.serve_fd, o.port, o.host + ":" + std::to_string(o.port));
+  auto agent = rig::remote::adopt_listener(key, o.serve_fd, o.port,
+                                           rig::remote::address_text(o.host, o.port));
   try {
     auto r = rig::remote::serve(agent, openers(o.kinds));
     return r ? 0 : exit_failure;
@@ -207,6 +207,14 @@ std::string read_report(int fd, pid_t child) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  // Every tunable now: a bad value stops the daemon here, not each job it would have served.
+  try {
+    rig::detail::check_tunables(rig::detail::core_tunables);
+    rig::detail::check_tunables(rig::remote::remote_tunables);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "rigd: %s\n", e.what());
+    return exit_usage;
+  }
   signal(SIGPIPE, SIG_IGN);
   if (o.timing_divisor > 1) {
     rig::remote::set_job_timing(rig::remote::Timing{}.scaled_down(o.timing_divisor));
@@ -234,12 +242,11 @@ int main(int argc, char** argv) {
   }
   (void)openers(o.kinds);  // checks --kinds now, not at the first job
   const int port = agent->port();
-  const std::string where = (o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host) +
-                            ":" + std::to_string(port);
-  std::printf("listening %s\n", where.c_str());
+  const std::string where = rig::remote::address_text(o.host, port);
+  const std::string listening = rig::remote::listening_line(o.host, port);
+  std::printf("%s\n", listening.c_str());
   std::fflush(stdout);
-  log("listening " + where + " kinds " + o.kinds + " host " + rig::host().arch() + " key " +
-      o.key_file);
+  log(listening + " kinds " + o.kinds + " host " + rig::host().arch() + " key " + o.key_file);
 
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -266,53 +273,45 @@ int main(int argc, char** argv) {
     log(std::string("cannot keep the listening socket: ") + std::strerror(errno));
     return exit_failure;
   }
-  std::string self = "/proc/self/exe";
+  const std::string self = "/proc/self/exe";
   for (std::uint64_t job = 1; !stop_requested.load(); ++job) {
     int pipe_fds[2];
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
       log(std::string("cannot make a report pipe: ") + std::strerror(errno));
       return exit_failure;
     }
-    const pid_t child = fork();
-    if (child < 0) {
-      log(std::string("cannot fork a job process: ") + std::strerror(errno));
+    // The child runs rigd afresh on the inherited socket: no state of the parent survives. A job
+    // process never outlives its daemon: if rigd dies, the job is interrupted.
+    rig::child::Spec spec;
+    spec.file = self;
+    spec.argv = {"rigd",
+                 "--key",
+                 o.key_file,
+                 "--listen",
+                 where,
+                 "--kinds",
+                 o.kinds,
+                 "--serve-fd",
+                 std::to_string(listen_fd),
+                 "--job",
+                 std::to_string(job),
+                 "--test-timing-divisor",
+                 std::to_string(o.timing_divisor)};
+    spec.env = {"RIG_REMOTE_REPORT=" + std::to_string(pipe_fds[1])};
+    spec.keep_fds = {listen_fd, pipe_fds[1]};
+    spec.parent_death_signal = SIGINT;
+    const auto spawned = rig::child::spawn(spec);
+    if (!spawned) {
+      log("cannot start a job process: " + spawned.error() + ": stopping");
       return exit_failure;
     }
-    if (child == 0) {
-      // The child runs rigd afresh on the inherited socket: no state of the parent survives.
-      // A job process never outlives its daemon: if rigd dies, the job is interrupted.
-      prctl(PR_SET_PDEATHSIG, SIGINT);
-      if (getppid() == 1) _exit(exit_failure);
-      fcntl(listen_fd, F_SETFD, 0);
-      fcntl(pipe_fds[1], F_SETFD, 0);
-      setenv("RIG_REMOTE_REPORT", std::to_string(pipe_fds[1]).c_str(), 1);
-      std::vector<std::string> args = {"rigd",
-                                       "--key",
-                                       o.key_file,
-                                       "--listen",
-                                       where,
-                                       "--kinds",
-                                       o.kinds,
-                                       "--serve-fd",
-                                       std::to_string(listen_fd),
-                                       "--job",
-                                       std::to_string(job),
-                                       "--test-timing-divisor",
-                                       std::to_string(o.timing_divisor)};
-      std::vector<char*> argv_child;
-      for (auto& a : args) argv_child.push_back(a.data());
-      argv_child.push_back(nullptr);
-      execv(self.c_str(), argv_child.data());
-      _exit(127);
-    }
+    const pid_t child = *spawned;
     close(pipe_fds[1]);
     log("job " + std::to_string(job) + ": waiting for a controller in process " +
         std::to_string(child));
     const std::string report = read_report(pipe_fds[0], child);
     close(pipe_fds[0]);
-    int status = 0;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
+    const int status = rig::child::wait_exit(child);
     std::string end;
     if (!report.empty()) {
       end = report;
@@ -324,10 +323,6 @@ int main(int argc, char** argv) {
       end = "process exited with status " + std::to_string(WEXITSTATUS(status));
     }
     log("job " + std::to_string(job) + ": " + end);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
-      log("cannot run a job process (exec of " + self + " failed): stopping");
-      return exit_failure;
-    }
     if (report.empty() && !stop_requested.load()) {
       // A job process that died without a word: do not spin if it keeps doing so.
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -132,6 +132,9 @@ Engine* engine_of(const detail::DeviceCore& d) noexcept {
 }  // namespace cuda
 
 Result<std::vector<std::shared_ptr<detail::DeviceCore>>> make_cuda_devices() {
+  // Read here, on the caller's thread: a bad RIG_CUDA_POLL_NS raises from rig::open, not inside a
+  // device's completion thread.
+  (void)cuda::poll_budget_ns();
   const Result<const cuda::Gpus*>& g = cuda::gpus();
   if (!g) return Error(g.error());
   std::vector<std::shared_ptr<detail::DeviceCore>> out;

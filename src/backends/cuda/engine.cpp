@@ -2,7 +2,7 @@
 // the wait that polls before it sleeps.
 #include "backends/cuda/engine.hpp"
 
-#include <cstdlib>
+#include "core/limits.hpp"
 
 namespace rig::backends::cuda {
 namespace {
@@ -68,15 +68,7 @@ void Engine::lose(const std::string& why) {
 }
 
 std::uint64_t poll_budget_ns() {
-  static const std::uint64_t ns = [] {
-    const char* env = std::getenv("RIG_CUDA_POLL_NS");
-    if (env == nullptr || *env == '\0') return completion_poll_ns;
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(env, &end, 10);
-    // A bad value is ignored rather than fatal: it only tunes how completion is noticed.
-    if (*end != '\0' || v > completion_poll_ns_max) return completion_poll_ns;
-    return static_cast<std::uint64_t>(v);
-  }();
+  static const std::uint64_t ns = detail::read_tunable(detail::cuda_poll_ns_tunable);
   return ns;
 }
 

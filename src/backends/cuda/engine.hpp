@@ -91,22 +91,15 @@ struct Engine {
 // The engine of `d` if it is a CUDA device of this process, else nullptr.
 Engine* engine_of(const detail::DeviceCore& d) noexcept;
 
-// How long the completion thread polls cuEventQuery for the oldest work in flight before it
-// blocks in cuEventSynchronize (which sleeps: events are made with CU_EVENT_BLOCKING_SYNC), and
-// how long it watches for new work after the last before it sleeps on its condition variable. On
-// an H200 a polled 64 B copy completes in about 7 us, while waking a sleeping thread costs several
-// microseconds and a host-function wake-up 19-59 us; a poll of a few tens of microseconds catches
-// small, back-to-back work early without burning a core on long work or on an idle device.
-// RIG_CUDA_POLL_NS overrides it (0: never poll), for the benchmark that compares the two.
-inline constexpr std::uint64_t completion_poll_ns = 50'000;
-inline constexpr std::uint64_t completion_poll_ns_max = 1'000'000'000;
-
 // Staging for pageable host memory: a copy is cut into chunks that move through this many pinned
 // slots, so that the host's memcpy of one chunk overlaps the DMA of the one before.
 inline constexpr std::size_t staging_chunk_bytes = std::size_t{4} << 20;  // 4 MiB
 inline constexpr std::size_t staging_slots = 3;
 
-// The poll budget in force: completion_poll_ns or RIG_CUDA_POLL_NS, read once.
+// How long the completion thread polls cuEventQuery for the oldest work in flight before it
+// blocks, and watches for new work before it sleeps: cuda_poll_ns_tunable (core/limits.hpp says
+// why its default), read once. The first call raises std::invalid_argument for a bad value, so
+// make_cuda_devices makes it before any thread of a device runs.
 std::uint64_t poll_budget_ns();
 
 // Looks a poll makes between two readings of the clock, each reading followed by an offer of the

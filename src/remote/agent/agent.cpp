@@ -51,10 +51,8 @@ int Agent::port() const {
 }
 
 Result<Agent> listen(const Key& key, const std::string& host, int port) {
-  if (port < 0 || port > 65535) {
-    return Error("cannot listen at " + host + ":" + std::to_string(port) + ": port out of range");
-  }
   const std::string where = address_text(host, port);
+  if (port < 0 || port > 65535) return Error("cannot listen at " + where + ": port out of range");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

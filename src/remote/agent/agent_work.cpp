@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -18,22 +17,10 @@ namespace rig::remote {
 
 namespace {
 
-// How long the loop polls a device's timeline after giving it work, before it asks a helper
-// thread to sleep on it instead. Short work (a small copy, a tiny kernel) ends within the budget
-// and is reported without a thread wake-up, which costs tens of microseconds on small VMs; long
-// work costs the loop no more than this. RIG_AGENT_POLL_US overrides it (0: never poll), for the
-// benchmark's comparison of the two paths.
-constexpr std::int64_t completion_poll_us_default = 200;
-
+// The poll of a device's timeline after giving it work (remote/limits.hpp says why its default).
 std::int64_t completion_poll_us() {
-  static const std::int64_t us = [] {
-    const char* v = std::getenv("RIG_AGENT_POLL_US");
-    if (v == nullptr || *v == '\0') return completion_poll_us_default;
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    return (*end == '\0' && n >= 0 && n <= 1'000'000) ? static_cast<std::int64_t>(n)
-                                                      : completion_poll_us_default;
-  }();
+  static const auto us =
+      static_cast<std::int64_t>(rig::detail::read_tunable(agent_poll_us_tunable));
   return us;
 }
 

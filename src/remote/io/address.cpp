@@ -7,6 +7,11 @@
 #include <cstring>
 
 namespace rig::remote {
+namespace {
+
+constexpr std::string_view listening_prefix = "listening ";
+
+}  // namespace
 
 std::string address_text(std::string_view host, int port) {
   std::string out;
@@ -40,6 +45,11 @@ Result<HostPort> parse_address(std::string_view text, PortZero zero) {
     }
   }
   if (out.host.empty()) return bad("no address");
+  for (unsigned char c : out.host) {
+    // No name or numeric address holds one; a line's other words or a stray byte do.
+    if (c <= ' ' || c == 0x7f)
+      return bad("address '" + out.host + "' holds a space or control byte");
+  }
   const int low = zero == PortZero::allowed ? 0 : 1;
   long value = 0;
   bool digits = !port.empty() && port.size() <= 5;
@@ -83,6 +93,16 @@ std::string sockaddr_text(const sockaddr_storage& address) {
     return address_text(ip, ntohs(v6->sin6_port));
   }
   return "?";
+}
+
+std::string listening_line(std::string_view host, int port) {
+  return std::string(listening_prefix) + address_text(host, port);
+}
+
+Result<HostPort> parse_listening_line(std::string_view line) {
+  if (!line.starts_with(listening_prefix)) return Error("not a line 'listening HOST:PORT'");
+  // The port an agent bound: never 0, which only asks the system to choose one.
+  return parse_address(line.substr(listening_prefix.size()));
 }
 
 }  // namespace rig::remote

@@ -4,9 +4,10 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include "remote/limits.hpp"
 
 namespace rig::remote {
 namespace {
@@ -14,22 +15,10 @@ namespace {
 // Commands run per wake-up of the loop before it turns to its timers and sockets again.
 constexpr std::size_t commands_per_turn_max = 256;
 
-// How long the loop polls after activity before it sleeps in epoll again. Waking a thread that
-// sleeps costs 30-80 us on small VMs (DESIGN.md section 5), and once both ends of a job poll, a
-// SIM copy's whole round trip takes about 60 us there (bench/README.md): 100 us catches the answer
-// and the next request without a wake-up (50 us missed half of them), and bounds what a lone
-// request costs. The poll yields the core at every turn, and an idle loop (heartbeats only) never
-// polls. RIG_LOOP_SPIN_US overrides it (0: never poll), for the benchmark's comparison.
-constexpr std::uint64_t loop_spin_us_default = 100;
-constexpr std::uint64_t loop_spin_us_max = 1'000'000;
-
+// The poll after activity (remote/limits.hpp says why its default); a bad RIG_LOOP_SPIN_US raises
+// std::invalid_argument here, from the reactor's constructor, so from a controller's first connect.
 std::uint64_t loop_spin_ns() {
-  const char* v = std::getenv("RIG_LOOP_SPIN_US");
-  if (v == nullptr || *v == '\0') return loop_spin_us_default * 1000;
-  char* end = nullptr;
-  const unsigned long long us = std::strtoull(v, &end, 10);
-  if (*end != '\0' || us > loop_spin_us_max) return loop_spin_us_default * 1000;
-  return us * 1000;
+  return rig::detail::read_tunable(loop_spin_us_tunable) * 1000;
 }
 
 std::uint64_t this_thread_token() noexcept {
