@@ -123,6 +123,9 @@ void close_at_exit() {
 
 Result<Job> connect_named(const Key& key, std::vector<Member> members, const Timing& timing,
                           int report_fd) {
+  // The runtime starts first: it reads its tunables then, and a bad one raises here, before this
+  // job is the process's open one (which the exit would close).
+  Runtime& rt = Runtime::get();
   auto state = std::make_shared<JobState>(getpid(), timing, report_fd, members.size());
   {
     std::lock_guard lock(open_mu);
@@ -144,7 +147,6 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
     state->report.failed(cause);
     return Error(cause);
   }
-  Runtime& rt = Runtime::get();
   Reactor& reactor = rt.reactor();
   state->link = std::make_shared<ProtocolLink>(reactor, *state);
   // The drivers hold the link weakly, sharing the state's ownership: a device whose driver is
