@@ -5,6 +5,7 @@ into another that ALLOWED below does not list (core -> remote, backends -> remot
 agent -> controller among them). Prints each problem and exits 1 if there is any.
 
   tools/check_layout.py [SRC]      SRC defaults to the src/ beside this script's folder
+  tools/check_layout.py --self-test  checks that each kind of problem is found, in trees it makes
 """
 import os
 import re
@@ -98,10 +99,7 @@ def strongly_connected(graph):
     return out
 
 
-def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "src")
-    src = os.path.normpath(src)
+def problems_in(src):
     units = {}  # unit -> set of units it includes
     edges = []  # (file, included path)
     for dirpath, _, names in os.walk(src):
@@ -128,11 +126,66 @@ def main():
             problems.append(f"{rel} includes {inc}: {src_folder}/ may not depend on {dst_folder}/")
     for component in strongly_connected(units):
         problems.append("include cycle between units: " + ", ".join(component))
+    return problems, len(units), len(edges)
+
+
+def self_test():
+    """Each tree holds one problem (or none), and the check must say exactly that."""
+    import tempfile
+
+    cases = {
+        "a clean tree": ({"core/a.hpp": "", "core/a.cpp": '#include "core/a.hpp"',
+                          "remote/agent/x.cpp": '#include "remote/io/y.hpp"',
+                          "remote/io/y.hpp": '#include "remote/wire/z.hpp"'}, []),
+        "a cycle through a source file": ({
+            "remote/controller/proxy.hpp": "", "remote/controller/proxy.cpp":
+            '#include "remote/controller/controller.hpp"', "remote/controller/controller.hpp":
+            '#include "remote/controller/proxy.hpp"'},
+            ["include cycle between units: remote/controller/controller, "
+             "remote/controller/proxy"]),
+        "the agent on the controller": ({"remote/agent/a.cpp": '#include "remote/controller/c.hpp"',
+                                         "remote/controller/c.hpp": ""},
+                                        ["remote/agent/a.cpp includes remote/controller/c.hpp: "
+                                         "remote/agent/ may not depend on remote/controller/"]),
+        "core on remote": ({"core/a.cpp": '#include "remote/io/b.hpp"', "remote/io/b.hpp": ""},
+                           ["core/a.cpp includes remote/io/b.hpp: core/ may not depend on "
+                            "remote/io/"]),
+        "a backend on remote": ({"backends/cuda/a.cpp": '#include "remote/wire/b.hpp"',
+                                 "remote/wire/b.hpp": ""},
+                                ["backends/cuda/a.cpp includes remote/wire/b.hpp: backends/cuda/ "
+                                 "may not depend on remote/wire/"]),
+        "a lower layer on a higher one": ({"remote/io/a.cpp": '#include "remote/job/b.hpp"',
+                                           "remote/job/b.hpp": ""},
+                                          ["remote/io/a.cpp includes remote/job/b.hpp: remote/io/ "
+                                           "may not depend on remote/job/"]),
+    }
+    failed = 0
+    for name, (files, expected) in cases.items():
+        with tempfile.TemporaryDirectory() as root:
+            for rel, text in files.items():
+                os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
+                with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
+                    f.write(text + "\n")
+            found = problems_in(root)[0]
+        if found != expected:
+            failed = 1
+            print(f"check_layout self-test: {name}: found {found}, expected {expected}")
+    if not failed:
+        print(f"check_layout self-test: {len(cases)} trees, each problem found")
+    return failed
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "src")
+    problems, units, edges = problems_in(os.path.normpath(src))
     for p in problems:
         print("check_layout: " + p)
     if problems:
         return 1
-    print(f"check_layout: {len(units)} units, {len(edges)} includes: no cycle, no edge out of place")
+    print(f"check_layout: {units} units, {edges} includes: no cycle, no edge out of place")
     return 0
 
 
