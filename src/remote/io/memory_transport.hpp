@@ -89,8 +89,9 @@ class MemoryTransport final : public Transport {
 
  private:
   struct Link;
+  // A write that waits for room: what is left of it, its first slice cut to what is left.
   struct PendingWrite {
-    std::vector<Slice> slices;  // what is left of the write, the first slice cut to what is left
+    std::vector<Slice> slices;
   };
 
   MemoryTransport(MemoryNetwork* network, std::shared_ptr<Link> link, int side, bool dialing,
@@ -99,7 +100,8 @@ class MemoryTransport final : public Transport {
   bool step();
   // Moves what waits here into the direction toward the peer, as far as room allows.
   bool flush();
-  // Copies from `slices` (starting at `first`) into the outgoing direction; what fit is cut away.
+  // Copies from the front of `slices` into the outgoing direction as far as room allows; what
+  // went is cut away.
   void append(std::vector<Slice>& slices);
   void finish_close();
   // What this end's going away does to the directions: a FIN, or a reset over unread bytes.

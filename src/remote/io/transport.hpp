@@ -61,9 +61,9 @@ class TransportEvents {
   ~TransportEvents() = default;
 };
 
-// Owner: one connection, which destroys it after on_closed. Threads: the loop thread only (or the
-// one thread of a simulation). Lifetime: from its factory to on_closed; a transport never started
-// may be destroyed at any time.
+// Owner: one connection (or a decorator the connection owns), which destroys it after on_closed.
+// Threads: the loop thread only (or the one thread of a simulation). Lifetime: from its factory to
+// on_closed; a transport never started may be destroyed at any time.
 class Transport {
  public:
   virtual ~Transport() = default;
