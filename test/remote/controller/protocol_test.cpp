@@ -32,7 +32,8 @@ struct NoProxies final : Proxies {
   }
   void add(const std::shared_ptr<rig::detail::DeviceCore>&) override { ++*calls; }
   void add_reach(rig::detail::DeviceCore&, std::uint32_t) override { ++*calls; }
-  void reached(rig::detail::DeviceCore&, std::uint64_t, std::uint64_t) noexcept override {
+  void reached(rig::detail::DeviceCore&, std::uint64_t,
+               const rig::detail::Work&) noexcept override {
     ++*calls;
   }
 };
