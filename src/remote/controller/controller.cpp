@@ -89,7 +89,8 @@ void Job::close() {
     if (!failure(h)) rig::close(h);
   }
   if (!s_->outcome->cause()) {
-    if (!s_->close_sent.exchange(true)) s_->link->close();
+    // No link: connect has not made the protocol yet (an exit during connect).
+    if (!s_->close_sent.exchange(true) && s_->link) s_->link->close();
     wait_breakable(s_->finished);
   } else {
     for (const Device& d : proxies) rig::close(d);

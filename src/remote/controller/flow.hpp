@@ -15,7 +15,8 @@
 namespace rig::remote {
 
 // What `work` counts against its device's in-flight bytes: the bytes its copies carry, and
-// part_overhead_bytes for the submission and for each of its parts.
+// part_overhead_bytes for the submission and for each of its parts. Taken at the submit and given
+// back at REACHED, computed both times from the work itself, so no count travels beside it.
 std::uint64_t inflight_cost(const rig::detail::Work& work) noexcept;
 
 // One remote device's work in flight. Owner: the device's driver (RemoteDriver). Threads:

@@ -95,10 +95,10 @@ class Proxies {
   virtual void add(const std::shared_ptr<rig::detail::DeviceCore>& device) = 0;
   // Records that work on `from` may use memory of its agent's device `to`.
   virtual void add_reach(rig::detail::DeviceCore& from, std::uint32_t to) = 0;
-  // The agent did the work of `device` up to `value`, whose copies' bytes are in place: the value
-  // is published, and the work's `inflight_bytes` return to the device's flow control.
+  // The agent did `work`, up to `value` on `device`, and its copies' bytes are in place: the value
+  // is published, and what the work counted returns to the device's flow control.
   virtual void reached(rig::detail::DeviceCore& device, std::uint64_t value,
-                       std::uint64_t inflight_bytes) noexcept = 0;
+                       const rig::detail::Work& work) noexcept = 0;
 };
 
 }  // namespace rig::remote

@@ -46,12 +46,11 @@ struct Expect {
   Kind kind = Kind::reached;
   std::shared_ptr<Reply> reply;  // for the round trips
   // For a submission: where REACHED goes, the bytes its DATA frames fill, and the work itself,
-  // held so that its buffers live until the agent has done it.
+  // held so that its buffers live until the agent has done it (its flow-control cost is a
+  // function of it, flow.hpp).
   std::shared_ptr<rig::detail::DeviceCore> device;
   std::uint32_t device_id = 0;
   std::uint64_t value = 0;
-  // What the work counts against its device's flow control (flow.hpp), given back on REACHED.
-  std::uint64_t inflight_bytes = 0;
   rig::detail::PoolVector<CopyBack> copies;
   std::size_t copy_index = 0;
   std::size_t copy_done = 0;

@@ -169,7 +169,7 @@ void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind
                   "copies into this process's memory");
     }
     // The copies' bytes are in place: the value may now say so (release order, in publish).
-    proxies_->reached(*e.device, e.value, e.inflight_bytes);
+    proxies_->reached(*e.device, e.value, e.work);
     member.expects.pop_front();  // drops the work, and with it the last use of its buffers
     return;
   }

@@ -160,7 +160,7 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
   e.kind = Expect::Kind::reached;
   e.device_id = id_;
   e.value = work.value;
-  e.inflight_bytes = inflight_cost(work);
+  const std::uint64_t cost = inflight_cost(work);
   Submit submit{id_, work.value, {}};
   rig::detail::PoolVector<std::span<const std::uint8_t>> sent;
   Sources sources;
@@ -214,7 +214,7 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
   }
   e.work = std::move(work);
   command->member = member_;
-  flow_.take(e.inflight_bytes);
+  flow_.take(cost);
   command->link = std::move(link);
   JobLink& to = *command->link;
   to.submit(std::move(command));
@@ -256,9 +256,9 @@ void RemoteProxies::add_reach(rig::detail::DeviceCore& from, std::uint32_t to) {
 }
 
 void RemoteProxies::reached(rig::detail::DeviceCore& device, std::uint64_t value,
-                            std::uint64_t inflight_bytes) noexcept {
+                            const rig::detail::Work& work) noexcept {
   device.timeline().publish(value);
-  static_cast<RemoteDriver&>(device.driver()).reached(inflight_bytes);
+  static_cast<RemoteDriver&>(device.driver()).reached(work);
 }
 
 }  // namespace rig::remote

@@ -36,8 +36,8 @@ class RemoteDriver final : public rig::detail::Driver {
   // Records that work here may use memory of the agent's device `id`.
   void add_reach(std::uint32_t id);
 
-  // The loop reports work done (its in-flight bytes return) and wakes submitters waiting for room.
-  void reached(std::uint64_t inflight_bytes) noexcept { flow_.give_back(inflight_bytes); }
+  // The loop reports `work` done: what it counted returns, and submitters waiting for room wake.
+  void reached(const rig::detail::Work& work) noexcept { flow_.give_back(inflight_cost(work)); }
 
   std::uint64_t allocate(std::size_t bytes) override;
   void release(std::uint64_t address, std::size_t bytes) noexcept override;
@@ -69,7 +69,7 @@ class RemoteProxies final : public Proxies {
   void add(const std::shared_ptr<rig::detail::DeviceCore>& device) override;
   void add_reach(rig::detail::DeviceCore& from, std::uint32_t to) override;
   void reached(rig::detail::DeviceCore& device, std::uint64_t value,
-               std::uint64_t inflight_bytes) noexcept override;
+               const rig::detail::Work& work) noexcept override;
 
  private:
   const std::weak_ptr<JobLink> link_;
