@@ -15,9 +15,9 @@
 #include "core/arch.hpp"
 #include "core/registry.hpp"
 #include "remote/agent/agent.hpp"
-#include "remote/agent/agent_work.hpp"
+#include "remote/agent/protocol.hpp"
 #include "remote/io/address.hpp"
-#include "remote/io/listener.hpp"
+#include "remote/io/dialer.hpp"
 #include "remote/job/job.hpp"
 #include "remote/job/process.hpp"
 #include "remote/job/report.hpp"
@@ -117,267 +117,6 @@ void set_agent_log(std::function<void(const std::string&)> log) {
   agent_log = std::move(log);
 }
 
-namespace {
-
-// Owner: serve, on its stack. Threads: the loop thread, which is serve's caller. Lifetime: serve's.
-class AgentJob final : public JobProtocol {
- public:
-  // Takes over `listen_fd`, a listening socket, and closes it when listening stops. `where` names
-  // it in errors ("HOST:PORT"); `kinds` are serve's openers.
-  AgentJob(Reactor& reactor, const Timing& timing, const Key& key, int listen_fd, std::string where,
-           const std::vector<std::pair<std::string, Opener>>& kinds)
-      : JobProtocol(reactor, timing, key, process_instance()),
-        where_(std::move(where)),
-        listener_(
-            reactor.loop(), listen_fd,
-            {[this](int fd) { on_socket(fd); }, [this](int err) { on_short_of_resources(err); },
-             [this](const std::string& why) { on_accept_failed(why); }}),
-        work_(reactor, kinds, [this](const std::string& cause) { fail(cause); }) {
-    listen_rc_ = listener_.start();
-    ticker_ = reactor_.add_ticker([this](std::int64_t now) { tick(now); });
-  }
-  ~AgentJob() override { reactor_.remove_ticker(ticker_); }
-
-  int listen_error() const { return listen_rc_; }
-  bool interrupted() const { return interrupted_; }
-  bool closed_in_order() const { return closed_in_order_; }
-
-  // Stops listening, and drops strangers still proving a key: they have nothing to do with a job
-  // that is ending.
-  void stop_listening() {
-    listener_.stop();
-    each_connection([](Connection& c) {
-      if (c.tag == stranger && (c.state() == Connection::State::handshaking ||
-                                c.state() == Connection::State::connecting)) {
-        c.close_now();
-      }
-    });
-  }
-
-  // Ends serve once nothing of the job is left open: the reactor's own handles close and run()
-  // returns.
-  void shut() {
-    if (shut_) return;
-    shut_ = true;
-    work_.shut();
-    stop_listening();
-    reactor_.stop();
-  }
-
- private:
-  void on_socket(int fd) noexcept {
-    Connection& c = add_connection("a connection");
-    c.tag = stranger;
-    const ListenerConfig config{instance_};
-    c.adopt(fd, Handshake::listener(key_, config));
-  }
-
-  // The connection waits in the kernel's backlog meanwhile; the operator hears of it once.
-  void on_short_of_resources(int err) noexcept {
-    log_line("cannot accept a connection at " + where_ + ": " + std::strerror(err) +
-             ": accepting again in " + seconds_text(static_cast<std::int64_t>(accept_retry_ms)));
-  }
-
-  // serve ends with this cause, and so does a job it serves.
-  void on_accept_failed(const std::string& why) noexcept {
-    fail("cannot accept a connection at " + where_ + ": " + why);
-  }
-
-  std::optional<JobId> serving_job(Connection&) noexcept override { return job_; }
-
-  void on_proven(Connection& c) noexcept override {
-    const Peer& peer = c.peer();
-    if (peer.role == Role::controller) {
-      if (controller_ != nullptr || ended()) {
-        c.close_now();  // a second connection from the job's controller: nothing to say to it
-        return;
-      }
-      job_ = peer.job;
-      controller_ = &c;
-      my_name_ = peer.our_name;
-      c.set_peer_name("controller");
-      c.tag = controller_tag;
-      work_.set_controller(&c);
-      controller_since_ms_ = reactor_.now_ms();
-      log_line("started by the controller at " + c.peer_address() + ", which names this agent " +
-               my_name_);
-      return;
-    }
-    // Another agent of the job, dialed or accepted.
-    c.set_peer_name(peer.name);
-    c.tag = agent_tag;
-    ++links_proven_;
-    maybe_ready();
-  }
-
-  void on_refused(Connection& c, const std::string& why) noexcept override {
-    // One of our own dials to another agent of the job: the job cannot form.
-    if (c.tag == dial_tag) fail(c.peer_name() + ": " + why);
-    // A stranger (wrong key, another job, silence): dropped; the agent goes on serving.
-  }
-
-  void on_job_message(Connection& c, Message&& m) noexcept override {
-    if (c.tag == controller_tag) return from_controller(c, std::move(m));
-    if (std::holds_alternative<Close>(m)) {
-      // That agent is ending the job in order: its connection's end is no failure.
-      c.end(std::nullopt);
-      return;
-    }
-    const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
-    fail(c.peer_name() + ": malformed message: " + std::string(name) +
-         " is not one an agent sends to another");
-  }
-
-  void on_job_bulk(Connection& c, std::uint8_t type,
-                   std::span<const std::uint8_t> bytes) noexcept override {
-    if (c.tag != controller_tag || type != Payload::type || !ready_sent_) {
-      return JobProtocol::on_job_bulk(c, type, bytes);
-    }
-    work_.payload(bytes.size(), bytes.data());
-  }
-
-  std::span<std::uint8_t> bulk_sink(Connection& c, std::uint8_t type,
-                                    std::size_t bytes) noexcept override {
-    if (c.tag != controller_tag || type != Payload::type || !ready_sent_) return {};
-    return work_.payload_sink(bytes);
-  }
-
-  // Only a sink this job gave (PAYLOAD from the controller) places bytes.
-  void on_bulk_placed(Connection&, std::uint8_t, std::size_t bytes) noexcept override {
-    work_.payload(bytes, nullptr);
-  }
-
-  void from_controller(Connection& c, Message&& m) {
-    if (auto* join = std::get_if<Join>(&m)) return on_join(*join);
-    if (AgentWork::handles(m)) {
-      if (!ready_sent_) {
-        return fail("controller: malformed message: " +
-                    std::string(std::visit([](const auto& x) { return x.name; }, m)) +
-                    " before the job started");
-      }
-      try {
-        work_.message(std::move(m));
-      } catch (const std::exception& e) {
-        // Nothing may unwind through the loop: an error of our own ends the job, named.
-        fail(e.what());
-      }
-      return;
-    }
-    if (std::holds_alternative<Close>(m)) {
-      // End in order: release the job, tell the controller, and stop listening.
-      closed_in_order_ = true;
-      mark_ended();
-      work_.close();
-      c.send(Closed{});
-      c.end(std::nullopt);
-      each_connection([](Connection& other) {
-        if (other.tag == agent_tag && other.state() == Connection::State::open) {
-          other.end(Close{});
-        }
-      });
-      stop_listening();
-      return;
-    }
-    const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
-    fail("controller: malformed message: " + std::string(name) + " is not one a controller sends");
-  }
-
-  void on_join(const Join& join) {
-    if (joined_) return fail("controller: malformed message: JOIN twice");
-    if (join.names.size() != join.addresses.size()) {
-      return fail("controller: malformed message: JOIN: " + std::to_string(join.names.size()) +
-                  " names and " + std::to_string(join.addresses.size()) + " addresses");
-    }
-    std::size_t me = join.names.size();
-    for (std::size_t i = 0; i < join.names.size(); ++i) {
-      if (join.names[i] == join.you) me = i;
-    }
-    if (me == join.names.size()) {
-      return fail("controller: malformed message: JOIN: '" + join.you + "' is not among the names");
-    }
-    joined_ = true;
-    join_ms_ = reactor_.now_ms();
-    my_name_ = join.you;
-    links_expected_ = join.names.size() - 1;
-    for (std::size_t i = me + 1; i < join.names.size(); ++i) {
-      auto address = parse_address(join.addresses[i]);
-      if (!address) {
-        return fail("controller: malformed message: JOIN: the address of " + join.names[i] + ": " +
-                    address.error());
-      }
-      // Numeric addresses resolve without a lookup; a name that needs DNS blocks the loop for
-      // that lookup, once, at the job's start.
-      auto resolved = resolve(address->host, address->port);
-      if (!resolved) return fail(join.names[i] + ": " + resolved.error());
-      Connection& c = add_connection(join.names[i]);
-      c.tag = dial_tag;
-      DialerConfig config{Role::agent, my_name_, *job_, join.names[i], instance_};
-      c.dial(reinterpret_cast<const sockaddr*>(&*resolved), Handshake::dialer(key_, config));
-    }
-    maybe_ready();
-  }
-
-  void maybe_ready() {
-    if (!joined_ || ready_sent_ || links_proven_ < links_expected_ || has_failed()) return;
-    ready_sent_ = true;
-    controller_->send(Ready{rig::detail::host_isa_level(), rig::host().budget()});
-  }
-
-  void tick(std::int64_t now) {
-    if (break_requested() && !interrupted_) {
-      interrupted_ = true;
-      if (job_ && !ended()) {
-        fail("interrupted");
-      } else {
-        mark_ended();
-        stop_listening();
-        if (finished()) shut();
-      }
-      return;
-    }
-    if (has_failed() || ended()) return;
-    work_.tick();
-    if (has_failed()) return;
-    if (controller_ && !joined_ && now - controller_since_ms_ >= timing_.handshake_timeout_ms) {
-      return fail("controller: sent no JOIN within " + seconds_text(timing_.handshake_timeout_ms));
-    }
-    if (joined_ && !ready_sent_ && now - join_ms_ >= timing_.handshake_timeout_ms) {
-      return fail(my_name_ + ": the job's other agents did not all connect within " +
-                  seconds_text(timing_.handshake_timeout_ms));
-    }
-  }
-
-  // Nothing new may join a failed job.
-  void on_job_failed(const std::string&) noexcept override {
-    work_.shut();
-    stop_listening();
-  }
-
-  void on_finished() noexcept override { shut(); }
-
-  static constexpr std::uint64_t stranger = 0, controller_tag = 1, agent_tag = 2, dial_tag = 3;
-
-  const std::string where_;
-  Listener listener_;
-  int listen_rc_ = 0;
-  std::uint64_t ticker_ = 0;
-  std::optional<JobId> job_;
-  Connection* controller_ = nullptr;
-  std::string my_name_;
-  std::int64_t controller_since_ms_ = 0;
-  std::int64_t join_ms_ = 0;
-  bool joined_ = false;
-  bool ready_sent_ = false;
-  std::size_t links_expected_ = 0;
-  std::size_t links_proven_ = 0;
-  bool closed_in_order_ = false;
-  bool interrupted_ = false;
-  bool shut_ = false;
-  AgentWork work_;
-};
-
-}  // namespace
-
 Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& kinds) {
   AgentState& s = a.state();
   if (s.served) throw std::invalid_argument("rig: serve: this agent has served already");
@@ -418,13 +157,17 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
   } restore{previous};
   {
     Reactor reactor(SteadyClock::get(), timing.tick_ms);
-    AgentJob job(reactor, timing, s.key, s.fd, s.where, kinds);
+    AgentProtocol job(
+        reactor, timing, s.key,
+        {process_instance(), kinds, tcp_dialer(), log_line, [] { return break_requested(); },
+         rig::detail::host_isa_level(), rig::host().budget()});
+    const int listen_rc = job.listen(s.fd, s.where);
     s.fd = -1;  // the job owns the socket now and closes it when listening stops
-    if (job.listen_error() != 0) {
+    if (listen_rc != 0) {
       // The loop still runs, to finish closing what the job opened.
       job.shut();
       reactor.run();
-      return Error("cannot listen at " + s.where + ": " + uv_strerror(job.listen_error()));
+      return Error("cannot listen at " + s.where + ": " + uv_strerror(listen_rc));
     }
     reactor.run();
     cause = job.outcome()->cause();

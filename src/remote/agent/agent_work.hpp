@@ -25,9 +25,10 @@ namespace rig::remote {
 
 struct CompletionWaiter;
 
-// Owner: the agent's job (AgentJob), on serve's stack. Threads: the loop thread (serve's caller),
-// but for a helper thread that sleeps on a device's timeline when polling has not seen the work
-// done, and wakes the loop. Lifetime: the job's; shut() closes its handles before the loop ends.
+// Owner: the agent's job (AgentProtocol), on serve's stack. Threads: the loop thread (serve's
+// caller), but for a helper thread that sleeps on a device's timeline when polling has not seen the
+// work done, and wakes the loop. Lifetime: the job's; shut() closes its handles before the loop
+// ends.
 //
 // Every message applies after the work of the one before it is done (the order the controller
 // relies on: work sent to a machine follows all work sent to it before). Messages that arrive

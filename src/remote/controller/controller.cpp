@@ -19,6 +19,7 @@
 #include "remote/controller/proxy.hpp"
 #include "remote/controller/runtime.hpp"
 #include "remote/io/address.hpp"
+#include "remote/io/dialer.hpp"
 #include "remote/job/process.hpp"
 
 namespace rig::remote {
@@ -155,13 +156,15 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
   const std::weak_ptr<JobLink> link = std::shared_ptr<JobLink>(state, state->link.get());
   rt.call([&] {
     ProtocolLink* door = state->link.get();
-    auto* protocol = new ControllerProtocol(
-        reactor, timing, key, process_instance(), new_job_id(), state, std::move(members),
-        std::make_unique<RemoteProxies>(link), [&reactor, door](ControllerProtocol& self) {
-          door->detach();
-          // The job is done with the loop: free it once this callback has unwound.
-          post_function(reactor, [p = &self] { delete p; });
-        });
+    auto* protocol =
+        new ControllerProtocol(reactor, timing, key, process_instance(), new_job_id(), state,
+                               std::move(members), std::make_unique<RemoteProxies>(link),
+                               tcp_dialer(), [&reactor, door](ControllerProtocol& self) {
+                                 door->detach();
+                                 // The job is done with the loop: free it once this callback has
+                                 // unwound.
+                                 post_function(reactor, [p = &self] { delete p; });
+                               });
     state->outcome = protocol->outcome();
     door->attach(*protocol);
     protocol->start();

@@ -1,7 +1,5 @@
 #include "remote/controller/protocol.hpp"
 
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <cstring>
 #include <string_view>
@@ -14,11 +12,13 @@ namespace rig::remote {
 ControllerProtocol::ControllerProtocol(Reactor& reactor, const Timing& timing, Key key,
                                        InstanceId instance, JobId id,
                                        std::shared_ptr<JobState> state, std::vector<Member> members,
-                                       std::unique_ptr<Proxies> proxies, Finished finished)
+                                       std::unique_ptr<Proxies> proxies, Dialer& dialer,
+                                       Finished finished)
     : JobProtocol(reactor, timing, std::move(key), instance),
       state_(std::move(state)),
       members_(std::move(members)),
       proxies_(std::move(proxies)),
+      dialer_(dialer),
       finished_(std::move(finished)),
       id_(id) {
   ticker_ = reactor_.add_ticker([this](std::int64_t now) { guarded([&] { tick(now); }); });
@@ -35,19 +35,30 @@ void ControllerProtocol::guarded(Body&& body) noexcept {
 
 void ControllerProtocol::start() {
   for (std::size_t i = 0; i < members_.size(); ++i) {
-    Connection& c = add_connection(members_[i].name);
+    Member& m = members_[i];
+    auto transport = dialer_.dial(reactor_, timing_, m.name, m.dial_text, &m.address);
+    // Over TCP the address is resolved already, so this cannot fail; a simulation's may.
+    if (!transport) return fail(m.name + ": " + transport.error());
+    Connection& c = add_connection(m.name);
     c.tag = i;
     c.set_sending_watch(
         [flow = &state_->sending, i](bool sending) { flow->set_sending(i, sending); });
-    members_[i].connection = &c;
-    DialerConfig config{Role::controller, "controller", id_, members_[i].name, instance_};
-    c.dial(reinterpret_cast<const sockaddr*>(&members_[i].address),
-           Handshake::dialer(key_, std::move(config)));
+    m.connection = &c;
+    DialerConfig config{Role::controller, "controller", id_, m.name, instance_};
+    c.dial(std::move(*transport), Handshake::dialer(key_, std::move(config)));
   }
 }
 
 void ControllerProtocol::on_refused(Connection& c, const std::string& why) noexcept {
   guarded([&] { fail(c.peer_name() + ": " + why); });
+}
+
+// While the job closes, a connection's end is expected only once its agent has answered CLOSE with
+// CLOSED; before that it fails the job as at any other time (a job that fails during its close ends
+// as a failed job does), rather than letting close report an agent that never let go as closed.
+void ControllerProtocol::on_failed(Connection& c, const std::string& cause) noexcept {
+  if (closing_ && c.tag < members_.size() && members_[c.tag].closed) return;
+  guarded([&] { fail(cause); });
 }
 
 void ControllerProtocol::on_proven(Connection&) noexcept {

@@ -16,6 +16,7 @@
 #include "remote/controller/link.hpp"
 #include "remote/controller/member.hpp"
 #include "remote/io/connection.hpp"
+#include "remote/io/dialer.hpp"
 #include "remote/io/reactor.hpp"
 #include "remote/io/timing.hpp"
 #include "remote/job/job.hpp"
@@ -33,10 +34,11 @@ class ControllerProtocol final : public JobProtocol {
   using Finished = std::function<void(ControllerProtocol& self)>;
 
   // `state` is the handle's state this job fills in (hosts, started, finished, the flow control,
-  // the report); `proxies` makes the machines' devices.
+  // the report); `proxies` makes the machines' devices; `dialer` (which must outlive the protocol)
+  // makes the connection to each member: tcp_dialer() in real jobs.
   ControllerProtocol(Reactor& reactor, const Timing& timing, Key key, InstanceId instance, JobId id,
                      std::shared_ptr<JobState> state, std::vector<Member> members,
-                     std::unique_ptr<Proxies> proxies, Finished finished);
+                     std::unique_ptr<Proxies> proxies, Dialer& dialer, Finished finished);
   ~ControllerProtocol() override;
 
   // Dials every agent.
@@ -53,6 +55,7 @@ class ControllerProtocol final : public JobProtocol {
  private:
   void on_proven(Connection& c) noexcept override;
   void on_refused(Connection& c, const std::string& why) noexcept override;
+  void on_failed(Connection& c, const std::string& cause) noexcept override;
   void on_job_message(Connection& c, Message&& m) noexcept override;
   void on_job_bulk(Connection& c, std::uint8_t type,
                    std::span<const std::uint8_t> bytes) noexcept override;
@@ -78,6 +81,7 @@ class ControllerProtocol final : public JobProtocol {
   const std::shared_ptr<JobState> state_;
   std::vector<Member> members_;
   const std::unique_ptr<Proxies> proxies_;
+  Dialer& dialer_;
   const Finished finished_;
   const JobId id_;
   std::size_t proven_ = 0;

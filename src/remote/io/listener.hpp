@@ -29,10 +29,10 @@ enum class AcceptError : std::uint8_t {
 };
 AcceptError classify_accept_error(int err) noexcept;
 
-// Owner: the agent's job (AgentJob), which outlives the loop's run. Threads: the loop thread only.
-// Lifetime: from construction to stop(); the handles' memory must stay until the loop has run their
-// close callbacks, which serve's loop does before it returns. Owns the listening descriptor from
-// construction and closes it in stop().
+// Owner: the agent's job (AgentProtocol), which outlives the loop's run. Threads: the loop thread
+// only. Lifetime: from construction to stop(); the handles' memory must stay until the loop has run
+// their close callbacks, which serve's loop does before it returns. Owns the listening descriptor
+// from construction and closes it in stop().
 class Listener {
  public:
   struct Events {

@@ -226,7 +226,7 @@ bool MemoryTransport::send_state(TcpSendState& out) const noexcept {
 }
 
 bool MemoryTransport::step() {
-  if (events_ == nullptr || closed_) return false;
+  if (events_ == nullptr || closed_ || (stopped_ != nullptr && *stopped_)) return false;
   if (close_requested_) {
     finish_close();  // may destroy this
     return true;

@@ -84,6 +84,11 @@ class MemoryTransport final : public Transport {
 
   // A process that stops reading, or reads again: while held this end takes nothing.
   void hold_reads(bool held) noexcept { held_ = held; }
+  // The process this end belongs to, for a simulation: while `*stopped` is true (SIGSTOP) the end
+  // acts on nothing (no connect, read, completion or close reaches its user), and its peer's bytes
+  // only fill the direction toward it, as a stopped process's socket buffers fill. `stopped` must
+  // outlive the end; null (the default): never stopped.
+  void follow_process(const bool* stopped) noexcept { stopped_ = stopped; }
   // Every byte this end has handed to the direction toward its peer.
   std::uint64_t bytes_sent() const noexcept;
 
@@ -117,6 +122,7 @@ class MemoryTransport final : public Transport {
   bool connect_due_ = false;
   bool reading_ = false;
   bool held_ = false;
+  const bool* stopped_ = nullptr;
   bool read_ended_ = false;
   bool shutdown_requested_ = false;
   bool shutdown_reported_ = false;

@@ -5,6 +5,7 @@
 #include <uv.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -56,6 +57,8 @@ class Reactor {
   using Ticker = std::function<void(std::int64_t now_ms)>;
   std::uint64_t add_ticker(Ticker ticker);
   void remove_ticker(std::uint64_t token);
+  // How many tickers are registered (a job that has finished leaves none).
+  std::size_t ticker_count() const noexcept { return tickers_.size(); }
   // Runs every ticker now (tests with a ManualClock call this after advancing it).
   void tick_now();
 

@@ -29,7 +29,7 @@ class JobOutcome {
   std::optional<std::string> cause_;
 };
 
-// The loop-side base of both roles' protocols (ControllerProtocol, the agent's AgentJob): the
+// The loop-side base of both roles' protocols (ControllerProtocol, the agent's AgentProtocol): the
 // job's connections and its failure protocol. Owner: the role's protocol object, made by connect
 // or by an agent's serve. Threads: the loop thread only. Lifetime: until every connection has
 // closed after the job ended (finished() is then true).

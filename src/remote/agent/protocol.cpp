@@ -1,0 +1,247 @@
+#include "remote/agent/protocol.hpp"
+
+#include <cstring>
+#include <string_view>
+#include <variant>
+
+#include "remote/io/address.hpp"
+#include "remote/io/tcp_transport.hpp"
+
+namespace rig::remote {
+
+AgentProtocol::AgentProtocol(Reactor& reactor, const Timing& timing, const Key& key, Setup setup)
+    : JobProtocol(reactor, timing, key, setup.instance),
+      setup_(std::move(setup)),
+      work_(reactor, setup_.kinds, [this](const std::string& cause) { fail(cause); }) {
+  ticker_ = reactor_.add_ticker([this](std::int64_t now) { tick(now); });
+}
+
+AgentProtocol::~AgentProtocol() {
+  reactor_.remove_ticker(ticker_);
+}
+
+int AgentProtocol::listen(int listen_fd, std::string where) {
+  where_ = std::move(where);
+  listener_.emplace(reactor_.loop(), listen_fd,
+                    Listener::Events{[this](int fd) { on_socket(fd); },
+                                     [this](int err) { on_short_of_resources(err); },
+                                     [this](const std::string& why) { on_accept_failed(why); }});
+  return listener_->start();
+}
+
+void AgentProtocol::log(const std::string& line) const {
+  if (setup_.log) setup_.log(line);
+}
+
+void AgentProtocol::stop_listening() {
+  accepting_ = false;
+  if (listener_) listener_->stop();
+  each_connection([](Connection& c) {
+    if (c.tag == stranger && (c.state() == Connection::State::handshaking ||
+                              c.state() == Connection::State::connecting)) {
+      c.close_now();
+    }
+  });
+}
+
+void AgentProtocol::shut() {
+  if (shut_) return;
+  shut_ = true;
+  work_.shut();
+  stop_listening();
+  reactor_.stop();
+}
+
+void AgentProtocol::on_socket(int fd) noexcept {
+  accept(TcpTransport::adopt(reactor_.loop(), fd, timing_.tcp_user_timeout_ms));
+}
+
+void AgentProtocol::accept(std::unique_ptr<Transport> transport) {
+  Connection& c = add_connection("a connection");
+  c.tag = stranger;
+  const ListenerConfig config{instance_};
+  c.adopt(std::move(transport), Handshake::listener(key_, config));
+}
+
+// The connection waits in the kernel's backlog meanwhile; the operator hears of it once.
+void AgentProtocol::on_short_of_resources(int err) noexcept {
+  log("cannot accept a connection at " + where_ + ": " + std::strerror(err) +
+      ": accepting again in " + seconds_text(static_cast<std::int64_t>(accept_retry_ms)));
+}
+
+// serve ends with this cause, and so does a job it serves.
+void AgentProtocol::on_accept_failed(const std::string& why) noexcept {
+  fail("cannot accept a connection at " + where_ + ": " + why);
+}
+
+void AgentProtocol::on_proven(Connection& c) noexcept {
+  const Peer& peer = c.peer();
+  if (peer.role == Role::controller) {
+    if (controller_ != nullptr || ended()) {
+      c.close_now();  // a second connection from the job's controller: nothing to say to it
+      return;
+    }
+    job_ = peer.job;
+    controller_ = &c;
+    my_name_ = peer.our_name;
+    c.set_peer_name("controller");
+    c.tag = controller_tag;
+    work_.set_controller(&c);
+    controller_since_ms_ = reactor_.now_ms();
+    log("started by the controller at " + c.peer_address() + ", which names this agent " +
+        my_name_);
+    return;
+  }
+  // Another agent of the job, dialed or accepted.
+  c.set_peer_name(peer.name);
+  c.tag = agent_tag;
+  ++links_proven_;
+  maybe_ready();
+}
+
+void AgentProtocol::on_refused(Connection& c, const std::string& why) noexcept {
+  // One of our own dials to another agent of the job: the job cannot form.
+  if (c.tag == dial_tag) fail(c.peer_name() + ": " + why);
+  // A stranger (wrong key, another job, silence): dropped; the agent goes on serving.
+}
+
+void AgentProtocol::on_job_message(Connection& c, Message&& m) noexcept {
+  if (c.tag == controller_tag) return from_controller(c, std::move(m));
+  if (std::holds_alternative<Close>(m)) {
+    // That agent is ending the job in order: its connection's end is no failure.
+    c.end(std::nullopt);
+    return;
+  }
+  const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
+  fail(c.peer_name() + ": malformed message: " + std::string(name) +
+       " is not one an agent sends to another");
+}
+
+void AgentProtocol::on_job_bulk(Connection& c, std::uint8_t type,
+                                std::span<const std::uint8_t> bytes) noexcept {
+  if (c.tag != controller_tag || type != Payload::type || !ready_sent_) {
+    return JobProtocol::on_job_bulk(c, type, bytes);
+  }
+  work_.payload(bytes.size(), bytes.data());
+}
+
+std::span<std::uint8_t> AgentProtocol::bulk_sink(Connection& c, std::uint8_t type,
+                                                 std::size_t bytes) noexcept {
+  if (c.tag != controller_tag || type != Payload::type || !ready_sent_) return {};
+  return work_.payload_sink(bytes);
+}
+
+// Only a sink this job gave (PAYLOAD from the controller) places bytes.
+void AgentProtocol::on_bulk_placed(Connection&, std::uint8_t, std::size_t bytes) noexcept {
+  work_.payload(bytes, nullptr);
+}
+
+void AgentProtocol::from_controller(Connection& c, Message&& m) {
+  if (auto* join = std::get_if<Join>(&m)) return on_join(*join);
+  if (AgentWork::handles(m)) {
+    if (!ready_sent_) {
+      return fail("controller: malformed message: " +
+                  std::string(std::visit([](const auto& x) { return x.name; }, m)) +
+                  " before the job started");
+    }
+    try {
+      work_.message(std::move(m));
+    } catch (const std::exception& e) {
+      // Nothing may unwind through the loop: an error of our own ends the job, named.
+      fail(e.what());
+    }
+    return;
+  }
+  if (std::holds_alternative<Close>(m)) {
+    // End in order: release the job, tell the controller, and stop listening.
+    closed_in_order_ = true;
+    mark_ended();
+    work_.close();
+    c.send(Closed{});
+    c.end(std::nullopt);
+    each_connection([](Connection& other) {
+      if (other.tag == agent_tag && other.state() == Connection::State::open) {
+        other.end(Close{});
+      }
+    });
+    stop_listening();
+    return;
+  }
+  const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
+  fail("controller: malformed message: " + std::string(name) + " is not one a controller sends");
+}
+
+void AgentProtocol::on_join(const Join& join) {
+  if (joined_) return fail("controller: malformed message: JOIN twice");
+  if (join.names.size() != join.addresses.size()) {
+    return fail("controller: malformed message: JOIN: " + std::to_string(join.names.size()) +
+                " names and " + std::to_string(join.addresses.size()) + " addresses");
+  }
+  std::size_t me = join.names.size();
+  for (std::size_t i = 0; i < join.names.size(); ++i) {
+    if (join.names[i] == join.you) me = i;
+  }
+  if (me == join.names.size()) {
+    return fail("controller: malformed message: JOIN: '" + join.you + "' is not among the names");
+  }
+  joined_ = true;
+  join_ms_ = reactor_.now_ms();
+  my_name_ = join.you;
+  links_expected_ = join.names.size() - 1;
+  for (std::size_t i = me + 1; i < join.names.size(); ++i) {
+    if (auto address = parse_address(join.addresses[i]); !address) {
+      return fail("controller: malformed message: JOIN: the address of " + join.names[i] + ": " +
+                  address.error());
+    }
+    auto transport =
+        setup_.dialer.dial(reactor_, timing_, join.names[i], join.addresses[i], nullptr);
+    if (!transport) return fail(join.names[i] + ": " + transport.error());
+    Connection& c = add_connection(join.names[i]);
+    c.tag = dial_tag;
+    DialerConfig config{Role::agent, my_name_, *job_, join.names[i], instance_};
+    c.dial(std::move(*transport), Handshake::dialer(key_, config));
+  }
+  maybe_ready();
+}
+
+void AgentProtocol::maybe_ready() {
+  if (!joined_ || ready_sent_ || links_proven_ < links_expected_ || has_failed()) return;
+  ready_sent_ = true;
+  controller_->send(Ready{setup_.host_arch, setup_.host_budget});
+}
+
+void AgentProtocol::tick(std::int64_t now) {
+  if (setup_.break_requested && setup_.break_requested() && !interrupted_) {
+    interrupted_ = true;
+    if (job_ && !ended()) {
+      fail("interrupted");
+    } else {
+      mark_ended();
+      stop_listening();
+      if (finished()) shut();
+    }
+    return;
+  }
+  if (has_failed() || ended()) return;
+  work_.tick();
+  if (has_failed()) return;
+  if (controller_ && !joined_ && now - controller_since_ms_ >= timing_.handshake_timeout_ms) {
+    return fail("controller: sent no JOIN within " + seconds_text(timing_.handshake_timeout_ms));
+  }
+  if (joined_ && !ready_sent_ && now - join_ms_ >= timing_.handshake_timeout_ms) {
+    return fail(my_name_ + ": the job's other agents did not all connect within " +
+                seconds_text(timing_.handshake_timeout_ms));
+  }
+}
+
+// Nothing new may join a failed job.
+void AgentProtocol::on_job_failed(const std::string&) noexcept {
+  work_.shut();
+  stop_listening();
+}
+
+void AgentProtocol::on_finished() noexcept {
+  shut();
+}
+
+}  // namespace rig::remote

@@ -1,0 +1,116 @@
+// The agent's side of a job's protocol, on the loop: accept and prove connections, take the
+// controller's JOIN and connect to the job's other agents, READY, then answer the controller (its
+// work through AgentWork) until it closes the job in order, or the job fails.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "remote/agent/agent_work.hpp"
+#include "remote/io/connection.hpp"
+#include "remote/io/dialer.hpp"
+#include "remote/io/listener.hpp"
+#include "remote/io/reactor.hpp"
+#include "remote/io/timing.hpp"
+#include "remote/job/job.hpp"
+#include "rig/remote.hpp"
+
+namespace rig::remote {
+
+// Owner: serve, on its stack (or a test or simulation). Threads: the loop thread only, which is
+// serve's caller. Lifetime: serve's; it reaches nothing global, so a simulation may run several
+// on reactors of their own, each with its own instance id, on a manual clock.
+class AgentProtocol final : public JobProtocol {
+ public:
+  // What the protocol is handed besides its reactor, timing and key. `kinds` (serve's openers) and
+  // `dialer` must outlive it.
+  struct Setup {
+    InstanceId instance;
+    const std::vector<std::pair<std::string, Opener>>& kinds;
+    Dialer& dialer;
+    // A line for the operator's log ("started by the controller at ...", a shortage that holds up
+    // an accept); may be empty.
+    std::function<void(const std::string& line)> log;
+    // Whether a break was requested (Ctrl-C, SIGTERM): looked at on every tick; may be empty.
+    std::function<bool()> break_requested;
+    // What READY tells the controller of this machine's host.
+    std::string host_arch;
+    std::uint64_t host_budget = 0;
+  };
+
+  AgentProtocol(Reactor& reactor, const Timing& timing, const Key& key, Setup setup);
+  ~AgentProtocol() override;
+
+  // Listens on `listen_fd`, a listening socket it takes over (and closes when listening stops),
+  // named `where` ("HOST:PORT") in errors: each socket it accepts goes to accept(). 0, or a libuv
+  // error code (the caller then shuts the job).
+  int listen(int listen_fd, std::string where);
+  // A connection accepted (connected already): it must prove the key, as every stranger must.
+  void accept(std::unique_ptr<Transport> transport);
+  // Whether the job still takes connections: false once it ends or fails.
+  bool accepting() const { return accepting_; }
+
+  // Whether a controller has proven the key, so that this agent serves its job.
+  bool serving() const { return job_.has_value(); }
+  bool interrupted() const { return interrupted_; }
+  bool closed_in_order() const { return closed_in_order_; }
+
+  // Stops listening, and drops strangers still proving a key: they have nothing to do with a job
+  // that is ending.
+  void stop_listening();
+  // Ends serve once nothing of the job is left open: the reactor's own handles close and run()
+  // returns.
+  void shut();
+
+ private:
+  void on_socket(int fd) noexcept;
+  void on_short_of_resources(int err) noexcept;
+  void on_accept_failed(const std::string& why) noexcept;
+  void log(const std::string& line) const;
+
+  std::optional<JobId> serving_job(Connection&) noexcept override { return job_; }
+  void on_proven(Connection& c) noexcept override;
+  void on_refused(Connection& c, const std::string& why) noexcept override;
+  void on_job_message(Connection& c, Message&& m) noexcept override;
+  void on_job_bulk(Connection& c, std::uint8_t type,
+                   std::span<const std::uint8_t> bytes) noexcept override;
+  std::span<std::uint8_t> bulk_sink(Connection& c, std::uint8_t type,
+                                    std::size_t bytes) noexcept override;
+  void on_bulk_placed(Connection&, std::uint8_t, std::size_t bytes) noexcept override;
+  void on_job_failed(const std::string&) noexcept override;
+  void on_finished() noexcept override;
+
+  void from_controller(Connection& c, Message&& m);
+  void on_join(const Join& join);
+  void maybe_ready();
+  void tick(std::int64_t now);
+
+  static constexpr std::uint64_t stranger = 0, controller_tag = 1, agent_tag = 2, dial_tag = 3;
+
+  Setup setup_;
+  std::string where_;
+  std::optional<Listener> listener_;
+  bool accepting_ = true;
+  std::uint64_t ticker_ = 0;
+  std::optional<JobId> job_;
+  Connection* controller_ = nullptr;
+  std::string my_name_;
+  std::int64_t controller_since_ms_ = 0;
+  std::int64_t join_ms_ = 0;
+  bool joined_ = false;
+  bool ready_sent_ = false;
+  std::size_t links_expected_ = 0;
+  std::size_t links_proven_ = 0;
+  bool closed_in_order_ = false;
+  bool interrupted_ = false;
+  bool shut_ = false;
+  AgentWork work_;
+};
+
+}  // namespace rig::remote
