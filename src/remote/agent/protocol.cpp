@@ -13,7 +13,7 @@ AgentProtocol::AgentProtocol(Reactor& reactor, const Timing& timing, const Key& 
     : JobProtocol(reactor, timing, key, setup.instance),
       setup_(std::move(setup)),
       work_(reactor, setup_.kinds, [this](const std::string& cause) { fail(cause); }) {
-  ticker_ = reactor_.add_ticker([this](std::int64_t now) { tick(now); });
+  ticker_ = reactor_.add_ticker([this](std::int64_t now) { guarded([&] { tick(now); }); });
 }
 
 AgentProtocol::~AgentProtocol() {
@@ -53,7 +53,7 @@ void AgentProtocol::shut() {
 }
 
 void AgentProtocol::on_socket(int fd) noexcept {
-  accept(TcpTransport::adopt(reactor_.loop(), fd, timing_.tcp_user_timeout_ms));
+  guarded([&] { accept(TcpTransport::adopt(reactor_.loop(), fd, timing_.tcp_user_timeout_ms)); });
 }
 
 void AgentProtocol::accept(std::unique_ptr<Transport> transport) {
@@ -65,16 +65,24 @@ void AgentProtocol::accept(std::unique_ptr<Transport> transport) {
 
 // The connection waits in the kernel's backlog meanwhile; the operator hears of it once.
 void AgentProtocol::on_short_of_resources(int err) noexcept {
+  guarded([&] { shortage(err); });
+}
+
+void AgentProtocol::shortage(int err) {
   log("cannot accept a connection at " + where_ + ": " + std::strerror(err) +
       ": accepting again in " + seconds_text(static_cast<std::int64_t>(accept_retry_ms)));
 }
 
 // serve ends with this cause, and so does a job it serves.
 void AgentProtocol::on_accept_failed(const std::string& why) noexcept {
-  fail("cannot accept a connection at " + where_ + ": " + why);
+  guarded([&] { fail("cannot accept a connection at " + where_ + ": " + why); });
 }
 
 void AgentProtocol::on_proven(Connection& c) noexcept {
+  guarded([&] { proven(c); });
+}
+
+void AgentProtocol::proven(Connection& c) {
   const Peer& peer = c.peer();
   if (peer.role == Role::controller) {
     if (controller_ != nullptr || ended()) {
@@ -101,11 +109,15 @@ void AgentProtocol::on_proven(Connection& c) noexcept {
 
 void AgentProtocol::on_refused(Connection& c, const std::string& why) noexcept {
   // One of our own dials to another agent of the job: the job cannot form.
-  if (c.tag == dial_tag) fail(c.peer_name() + ": " + why);
+  if (c.tag == dial_tag) guarded([&] { fail(c.peer_name() + ": " + why); });
   // A stranger (wrong key, another job, silence): dropped; the agent goes on serving.
 }
 
 void AgentProtocol::on_job_message(Connection& c, Message&& m) noexcept {
+  guarded([&] { message(c, std::move(m)); });
+}
+
+void AgentProtocol::message(Connection& c, Message&& m) {
   if (c.tag == controller_tag) return from_controller(c, std::move(m));
   if (std::holds_alternative<Close>(m)) {
     // That agent is ending the job in order: its connection's end is no failure.
@@ -122,7 +134,7 @@ void AgentProtocol::on_job_bulk(Connection& c, std::uint8_t type,
   if (c.tag != controller_tag || type != Payload::type || !ready_sent_) {
     return JobProtocol::on_job_bulk(c, type, bytes);
   }
-  work_.payload(bytes.size(), bytes.data());
+  guarded([&] { work_.payload(bytes.size(), bytes.data()); });
 }
 
 std::span<std::uint8_t> AgentProtocol::bulk_sink(Connection& c, std::uint8_t type,
@@ -133,7 +145,7 @@ std::span<std::uint8_t> AgentProtocol::bulk_sink(Connection& c, std::uint8_t typ
 
 // Only a sink this job gave (PAYLOAD from the controller) places bytes.
 void AgentProtocol::on_bulk_placed(Connection&, std::uint8_t, std::size_t bytes) noexcept {
-  work_.payload(bytes, nullptr);
+  guarded([&] { work_.payload(bytes, nullptr); });
 }
 
 void AgentProtocol::from_controller(Connection& c, Message&& m) {
@@ -144,12 +156,7 @@ void AgentProtocol::from_controller(Connection& c, Message&& m) {
                   std::string(std::visit([](const auto& x) { return x.name; }, m)) +
                   " before the job started");
     }
-    try {
-      work_.message(std::move(m));
-    } catch (const std::exception& e) {
-      // Nothing may unwind through the loop: an error of our own ends the job, named.
-      fail(e.what());
-    }
+    work_.message(std::move(m));  // a throw fails the job (on_job_message's guard)
     return;
   }
   if (std::holds_alternative<Close>(m)) {

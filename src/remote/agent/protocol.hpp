@@ -71,13 +71,16 @@ class AgentProtocol final : public JobProtocol {
  private:
   void on_socket(int fd) noexcept;
   void on_short_of_resources(int err) noexcept;
+  void shortage(int err);
   void on_accept_failed(const std::string& why) noexcept;
   void log(const std::string& line) const;
 
   std::optional<JobId> serving_job(Connection&) noexcept override { return job_; }
   void on_proven(Connection& c) noexcept override;
+  void proven(Connection& c);
   void on_refused(Connection& c, const std::string& why) noexcept override;
   void on_job_message(Connection& c, Message&& m) noexcept override;
+  void message(Connection& c, Message&& m);
   void on_job_bulk(Connection& c, std::uint8_t type,
                    std::span<const std::uint8_t> bytes) noexcept override;
   std::span<std::uint8_t> bulk_sink(Connection& c, std::uint8_t type,

@@ -28,11 +28,6 @@ ControllerProtocol::~ControllerProtocol() {
   reactor_.remove_ticker(ticker_);
 }
 
-template <typename Body>
-void ControllerProtocol::guarded(Body&& body) noexcept {
-  guard(std::forward<Body>(body), [this](const std::string& cause) { fail(cause); });
-}
-
 void ControllerProtocol::start() {
   for (std::size_t i = 0; i < members_.size(); ++i) {
     Member& m = members_[i];

@@ -74,9 +74,6 @@ class ControllerProtocol final : public JobProtocol {
   std::vector<Device> opened(Member& member, std::size_t index, const Opened& o);
   void started();
   void tick(std::int64_t now);
-  // Runs `body`; a throw fails the job with the exception's text.
-  template <typename Body>
-  void guarded(Body&& body) noexcept;
 
   const std::shared_ptr<JobState> state_;
   std::vector<Member> members_;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "remote/io/connection.hpp"
+#include "remote/io/guard.hpp"
 #include "remote/io/reactor.hpp"
 #include "remote/io/timing.hpp"
 #include "remote/trust/handshake.hpp"
@@ -56,6 +57,12 @@ class JobProtocol : public ConnectionOwner {
   template <typename F>
   void each_connection(F f) {
     for (auto& c : connections_) f(*c);
+  }
+  // Runs `body`, code the loop called back (a connection's report, a ticker, a listener's event):
+  // a throw fails the job with the exception's text, the root cause as the spec words it.
+  template <typename Body>
+  void guarded(Body&& body) noexcept {
+    guard(std::forward<Body>(body), [this](const std::string& cause) { fail(cause); });
   }
 
   // The role's reaction to the job's failure (before the aborts go out), and to its end.

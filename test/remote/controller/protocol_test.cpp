@@ -77,7 +77,8 @@ TEST_CASE(
   int finished_calls = 0;
   auto protocol = std::make_unique<ControllerProtocol>(
       reactor, timing, *key, InstanceId{}, JobId{}, state, std::move(members),
-      std::make_unique<NoProxies>(&proxy_calls), [&](ControllerProtocol&) {
+      std::make_unique<NoProxies>(&proxy_calls), rig::remote::tcp_dialer(),
+      [&](ControllerProtocol&) {
         ++finished_calls;
         reactor.remove_ticker(advance);
         reactor.stop();

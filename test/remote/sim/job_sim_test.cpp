@@ -198,7 +198,8 @@ class NoProxies final : public Proxies {
   }
   void add(const std::shared_ptr<rig::detail::DeviceCore>&) override {}
   void add_reach(rig::detail::DeviceCore&, std::uint32_t) override {}
-  void reached(rig::detail::DeviceCore&, std::uint64_t, std::uint64_t) noexcept override {}
+  void reached(rig::detail::DeviceCore&, std::uint64_t,
+               const rig::detail::Work&) noexcept override {}
 };
 
 // One simulated job, and the dialer of all its processes: each dial goes to the agent its address
