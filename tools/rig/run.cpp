@@ -19,6 +19,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "child/child.hpp"
@@ -99,13 +100,17 @@ void on_interrupt(int sig) {
   interrupt_signal.store(sig);
 }
 
-}  // namespace
-
-int cmd_run(std::span<char*> args) {
+// What the command line asks for.
+struct RunOptions {
   int local = 0;
   std::string kinds = "CPU,SIM";
   std::optional<std::string> rigd;
   std::vector<std::string> program;
+};
+
+// The options, or the exit status to end with at once (usage, or --help).
+std::variant<RunOptions, int> parse_options(std::span<char*> args) {
+  RunOptions o;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string a = args[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -113,7 +118,7 @@ int cmd_run(std::span<char*> args) {
       return std::string(args[++i]);
     };
     if (a == "--") {
-      for (std::size_t k = i + 1; k < args.size(); ++k) program.emplace_back(args[k]);
+      for (std::size_t k = i + 1; k < args.size(); ++k) o.program.emplace_back(args[k]);
       break;
     } else if (a == "--local") {
       auto v = value();
@@ -123,14 +128,14 @@ int cmd_run(std::span<char*> args) {
       if (*end != '\0' || n < 1 || n > agents_max) {
         return usage("--local takes a count from 1 to " + std::to_string(agents_max));
       }
-      local = static_cast<int>(n);
+      o.local = static_cast<int>(n);
     } else if (a == "--kinds") {
       auto v = value();
       if (!v) return usage("--kinds needs a list");
-      kinds = *v;
+      o.kinds = *v;
     } else if (a == "--rigd") {
-      rigd = value();
-      if (!rigd) return usage("--rigd needs a path");
+      o.rigd = value();
+      if (!o.rigd) return usage("--rigd needs a path");
     } else if (a == "-h" || a == "--help") {
       std::fputs(usage_text, stdout);
       return exit_ok;
@@ -138,33 +143,232 @@ int cmd_run(std::span<char*> args) {
       return usage("unknown argument '" + a + "'");
     }
   }
-  if (local == 0) return usage("say how many local agents: --local N");
-  if (program.empty()) return usage("no PROGRAM after --");
+  if (o.local == 0) return usage("say how many local agents: --local N");
+  if (o.program.empty()) return usage("no PROGRAM after --");
+  return o;
+}
+
+// A fresh job key: 32 random bytes as 64 hexadecimal characters, which are themselves the key's
+// bytes. Owner: the launcher; its text is wiped when it goes.
+class JobKey {
+ public:
+  JobKey() = default;
+  JobKey(const JobKey&) = delete;
+  JobKey& operator=(const JobKey&) = delete;
+  ~JobKey() { wipe(); }
+
+  // Draws the key and writes it to `file` (created, mode 0600); an Error says why not.
+  rig::Result<rig::Unit> make(const std::string& file) {
+    if (sodium_init() < 0) return rig::Error("libsodium failed to initialise");
+    unsigned char raw[key_bytes];
+    randombytes_buf(raw, sizeof raw);
+    sodium_bin2hex(hex_, sizeof hex_, raw, sizeof raw);
+    sodium_memzero(raw, sizeof raw);
+    const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, hex_, 2 * key_bytes) != static_cast<ssize_t>(2 * key_bytes)) {
+      const std::string why = std::strerror(errno);
+      if (fd >= 0) close(fd);
+      return rig::Error("cannot write the job's key: " + why);
+    }
+    close(fd);
+    return rig::Unit{};
+  }
+  std::string text() const { return std::string(hex_, 2 * key_bytes); }
+  void wipe() noexcept { sodium_memzero(hex_, sizeof hex_); }
+
+ private:
+  char hex_[2 * key_bytes + 1] = {};
+};
+
+// The job's processes as the launcher sees them: the controller first once it runs, then the
+// agents. Owner: cmd_run. Threads: its one.
+class Launch {
+ public:
+  explicit Launch(std::string rigd) : rigd_(std::move(rigd)) {}
+
+  // Starts `count` agents, each on loopback, port 0, and waits for each one's listening line;
+  // RIG_REMOTE_AGENTS' text for them, or an Error (every process started is stopped).
+  rig::Result<std::string> start_agents(int count, const std::string& kinds,
+                                        const std::string& key_file) {
+    std::string agents_env;
+    for (int i = 0; i < count; ++i) {
+      Member m;
+      m.name = "agent" + std::to_string(i);
+      int report[2], out[2];
+      if (pipe2(report, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+        stop_all(SIGKILL);
+        return rig::Error(std::string("pipe: ") + std::strerror(errno));
+      }
+      const auto pid =
+          spawn({rigd_, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", kinds, "--once"},
+                {"RIG_REMOTE_REPORT=" + std::to_string(report[1])}, report[1], out[1]);
+      close(report[1]);
+      close(out[1]);
+      m.report_fd = report[0];
+      m.out_fd = out[0];
+      if (!pid) {
+        stop_all(SIGKILL);
+        return rig::Error(m.name + " could not start: " + pid.error());
+      }
+      m.pid = *pid;
+      members_.push_back(m);
+      Member& added = members_.back();
+      const auto line =
+          rig::child::read_line(added.out_fd, added.out_pending, agent_start_timeout_ms);
+      const auto at = rig::remote::parse_listening_line(line.value_or(""));
+      if (!at) {
+        stop_all(SIGKILL);
+        reap_all();
+        return rig::Error(added.name + " could not start: " +
+                          (line ? "it said '" + *line + "'" : "it printed no listening line"));
+      }
+      agents_env +=
+          (i == 0 ? "" : ",") + added.name + "=" + rig::remote::address_text(at->host, at->port);
+    }
+    return agents_env;
+  }
+
+  // Starts `program` as the job's controller with the launcher's three variables; an Error says
+  // why not (the agents are stopped then).
+  rig::Result<rig::Unit> start_controller(const std::vector<std::string>& program,
+                                          const std::string& agents_env,
+                                          const std::string& key_text) {
+    Member c;
+    c.name = "controller";
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) {
+      stop_all(SIGKILL);
+      return rig::Error(std::string("pipe: ") + std::strerror(errno));
+    }
+    const auto pid = spawn(program,
+                           {"RIG_REMOTE_AGENTS=" + agents_env, "RIG_REMOTE_KEY=" + key_text,
+                            "RIG_REMOTE_REPORT=" + std::to_string(report[1])},
+                           report[1], -1);
+    close(report[1]);
+    c.report_fd = report[0];
+    if (!pid) {
+      stop_all(SIGTERM);
+      reap_all();
+      return rig::Error(pid.error());
+    }
+    c.pid = *pid;
+    members_.insert(members_.begin(), c);
+    return rig::Unit{};
+  }
+
+  // Reads every report until its pipe closes (a Ctrl-C or SIGTERM of this launcher is passed on
+  // as SIGINT, once), then reaps every process.
+  void collect() {
+    bool passed_on = false;
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<Member*> who;
+      for (Member& m : members_) {
+        if (!m.report_done) {
+          fds.push_back({m.report_fd, POLLIN, 0});
+          who.push_back(&m);
+        }
+      }
+      if (fds.empty()) break;
+      if (interrupt_signal.load() != 0 && !passed_on) {
+        passed_on = true;
+        stop_all(SIGINT);
+      }
+      if (poll(fds.data(), fds.size(), 200) <= 0) continue;
+      for (std::size_t k = 0; k < fds.size(); ++k) {
+        if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        char buf[4096];
+        const ssize_t n = read(fds[k].fd, buf, sizeof buf);
+        if (n <= 0) {
+          who[k]->report_done = true;
+          close(fds[k].fd);
+        } else {
+          who[k]->report.append(buf, static_cast<std::size_t>(n));
+        }
+      }
+    }
+    reap_all();
+  }
+
+  // Prints each process's end (the last line of its report; the controller's first is
+  // "started") and the job's outcome; the exit status: 0 only if the job closed in order and the
+  // controller exited 0.
+  int outcome() const {
+    std::optional<std::string> root;
+    bool closed = true;
+    for (const Member& m : members_) {
+      std::string end = m.report;
+      while (!end.empty() && end.back() == '\n') end.pop_back();
+      const auto nl = end.rfind('\n');
+      if (nl != std::string::npos) end = end.substr(nl + 1);
+      if (end.empty() || end == "started") {
+        end = WIFSIGNALED(m.status)
+                  ? "ended by signal " + std::to_string(WTERMSIG(m.status))
+                  : "exited with status " + std::to_string(WEXITSTATUS(m.status)) +
+                        " without reporting the job's end";
+        closed = false;
+        if (!root) root = m.name + " " + end;
+      } else if (end.rfind("failed ", 0) == 0) {
+        closed = false;
+        if (!root || m.name == "controller") root = end.substr(std::strlen("failed "));
+      }
+      std::printf("rig run: %-10s %s\n", m.name.c_str(), end.c_str());
+    }
+    const Member& controller = members_.front();
+    const bool controller_ok = WIFEXITED(controller.status) && WEXITSTATUS(controller.status) == 0;
+    if (closed && controller_ok) {
+      std::printf("rig run: the job closed\n");
+      return exit_ok;
+    }
+    if (closed) {
+      std::printf(
+          "rig run: the job closed, but the controller %s\n",
+          WIFSIGNALED(controller.status)
+              ? ("ended by signal " + std::to_string(WTERMSIG(controller.status))).c_str()
+              : ("exited with status " + std::to_string(WEXITSTATUS(controller.status))).c_str());
+      return exit_failure;
+    }
+    std::printf("rig run: the job failed: %s\n", root ? root->c_str() : "no process said why");
+    return exit_failure;
+  }
+
+ private:
+  void stop_all(int sig) {
+    for (Member& m : members_) {
+      if (m.pid > 0 && !m.reaped) kill(m.pid, sig);
+    }
+  }
+  void reap_all() {
+    for (Member& m : members_) {
+      if (m.reaped || m.pid <= 0) continue;
+      while (waitpid(m.pid, &m.status, 0) < 0 && errno == EINTR) {
+      }
+      m.reaped = true;
+      if (m.out_fd >= 0) close(m.out_fd);
+    }
+  }
+
+  const std::string rigd_;
+  std::vector<Member> members_;
+};
+
+}  // namespace
+
+int cmd_run(std::span<char*> args) {
+  auto parsed = parse_options(args);
+  if (const int* status = std::get_if<int>(&parsed)) return *status;
+  const RunOptions& o = std::get<RunOptions>(parsed);
 
   auto dir = rig::cli::TempDir::make("rig-run");
   if (!dir) {
     std::fprintf(stderr, "rig run: %s\n", dir.error().c_str());
     return exit_failure;
   }
-  // The key: 32 random bytes as 64 hexadecimal characters, which are themselves the key's bytes.
-  if (sodium_init() < 0) {
-    std::fprintf(stderr, "rig run: libsodium failed to initialise\n");
-    return exit_failure;
-  }
-  unsigned char raw[key_bytes];
-  randombytes_buf(raw, sizeof raw);
-  char hex[2 * key_bytes + 1];
-  sodium_bin2hex(hex, sizeof hex, raw, sizeof raw);
-  sodium_memzero(raw, sizeof raw);
   const std::string key_file = dir->path() + "/job.key";
-  {
-    const int fd = open(key_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, hex, 2 * key_bytes) != static_cast<ssize_t>(2 * key_bytes)) {
-      std::fprintf(stderr, "rig run: cannot write the job's key: %s\n", std::strerror(errno));
-      if (fd >= 0) close(fd);
-      return exit_failure;
-    }
-    close(fd);
+  JobKey key;
+  if (auto made = key.make(key_file); !made) {
+    std::fprintf(stderr, "rig run: %s\n", made.error().c_str());
+    return exit_failure;
   }
 
   struct sigaction sa {};
@@ -175,149 +379,19 @@ int cmd_run(std::span<char*> args) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
-  std::vector<Member> members;
-  const std::string rigd_exe = rigd_path(rigd);
-  auto stop_all = [&](int sig) {
-    for (Member& m : members) {
-      if (m.pid > 0 && !m.reaped) kill(m.pid, sig);
-    }
-  };
-  std::string agents_env;
-  for (int i = 0; i < local; ++i) {
-    Member m;
-    m.name = "agent" + std::to_string(i);
-    int report[2], out[2];
-    if (pipe2(report, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
-      std::fprintf(stderr, "rig run: pipe: %s\n", std::strerror(errno));
-      stop_all(SIGKILL);
-      return exit_failure;
-    }
-    const auto pid =
-        spawn({rigd_exe, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", kinds, "--once"},
-              {"RIG_REMOTE_REPORT=" + std::to_string(report[1])}, report[1], out[1]);
-    close(report[1]);
-    close(out[1]);
-    m.report_fd = report[0];
-    m.out_fd = out[0];
-    if (!pid) {
-      std::fprintf(stderr, "rig run: %s could not start: %s\n", m.name.c_str(),
-                   pid.error().c_str());
-      stop_all(SIGKILL);
-      return exit_failure;
-    }
-    m.pid = *pid;
-    members.push_back(m);
-    const auto line = rig::child::read_line(m.out_fd, m.out_pending, agent_start_timeout_ms);
-    const auto at = rig::remote::parse_listening_line(line.value_or(""));
-    if (!at) {
-      std::fprintf(stderr, "rig run: %s could not start: %s\n", m.name.c_str(),
-                   line ? ("it said '" + *line + "'").c_str() : "it printed no listening line");
-      stop_all(SIGKILL);
-      for (Member& o : members) waitpid(o.pid, nullptr, 0);
-      return exit_failure;
-    }
-    agents_env +=
-        (i == 0 ? "" : ",") + m.name + "=" + rig::remote::address_text(at->host, at->port);
-  }
-
-  // The controller.
-  {
-    Member c;
-    c.name = "controller";
-    int report[2];
-    if (pipe2(report, O_CLOEXEC) != 0) {
-      stop_all(SIGKILL);
-      return exit_failure;
-    }
-    const auto pid = spawn(program,
-                           {"RIG_REMOTE_AGENTS=" + agents_env, "RIG_REMOTE_KEY=" + std::string(hex),
-                            "RIG_REMOTE_REPORT=" + std::to_string(report[1])},
-                           report[1], -1);
-    close(report[1]);
-    c.report_fd = report[0];
-    if (!pid) {
-      std::fprintf(stderr, "rig run: %s\n", pid.error().c_str());
-      stop_all(SIGTERM);
-      for (Member& o : members) waitpid(o.pid, nullptr, 0);
-      return exit_failure;
-    }
-    c.pid = *pid;
-    members.insert(members.begin(), c);
-  }
-  sodium_memzero(hex, sizeof hex);
-
-  // Every report until its pipe closes, then every exit.
-  bool passed_on = false;
-  for (;;) {
-    std::vector<pollfd> fds;
-    std::vector<Member*> who;
-    for (Member& m : members) {
-      if (!m.report_done) {
-        fds.push_back({m.report_fd, POLLIN, 0});
-        who.push_back(&m);
-      }
-    }
-    if (fds.empty()) break;
-    if (interrupt_signal.load() != 0 && !passed_on) {
-      passed_on = true;
-      stop_all(SIGINT);
-    }
-    if (poll(fds.data(), fds.size(), 200) <= 0) continue;
-    for (std::size_t k = 0; k < fds.size(); ++k) {
-      if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      char buf[4096];
-      const ssize_t n = read(fds[k].fd, buf, sizeof buf);
-      if (n <= 0) {
-        who[k]->report_done = true;
-        close(fds[k].fd);
-      } else {
-        who[k]->report.append(buf, static_cast<std::size_t>(n));
-      }
-    }
-  }
-  for (Member& m : members) {
-    while (waitpid(m.pid, &m.status, 0) < 0 && errno == EINTR) {
-    }
-    m.reaped = true;
-    if (m.out_fd >= 0) close(m.out_fd);
-  }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-
-  // Each process's end: the last line of its report (the controller's first is "started").
-  std::optional<std::string> root;
-  bool closed = true;
-  for (Member& m : members) {
-    std::string end = m.report;
-    while (!end.empty() && end.back() == '\n') end.pop_back();
-    const auto nl = end.rfind('\n');
-    if (nl != std::string::npos) end = end.substr(nl + 1);
-    if (end.empty() || end == "started") {
-      end = WIFSIGNALED(m.status) ? "ended by signal " + std::to_string(WTERMSIG(m.status))
-                                  : "exited with status " + std::to_string(WEXITSTATUS(m.status)) +
-                                        " without reporting the job's end";
-      closed = false;
-      if (!root) root = m.name + " " + end;
-    } else if (end.rfind("failed ", 0) == 0) {
-      closed = false;
-      if (!root || m.name == "controller") root = end.substr(std::strlen("failed "));
-    }
-    std::printf("rig run: %-10s %s\n", m.name.c_str(), end.c_str());
-  }
-  const Member& controller = members.front();
-  const bool controller_ok = WIFEXITED(controller.status) && WEXITSTATUS(controller.status) == 0;
-  if (closed && controller_ok) {
-    std::printf("rig run: the job closed\n");
-    return exit_ok;
-  }
-  if (closed) {
-    std::printf(
-        "rig run: the job closed, but the controller %s\n",
-        WIFSIGNALED(controller.status)
-            ? ("ended by signal " + std::to_string(WTERMSIG(controller.status))).c_str()
-            : ("exited with status " + std::to_string(WEXITSTATUS(controller.status))).c_str());
+  Launch launch(rigd_path(o.rigd));
+  auto agents_env = launch.start_agents(o.local, o.kinds, key_file);
+  if (!agents_env) {
+    std::fprintf(stderr, "rig run: %s\n", agents_env.error().c_str());
     return exit_failure;
   }
-  std::printf("rig run: the job failed: %s\n", root ? root->c_str() : "no process said why");
-  return exit_failure;
+  if (auto started = launch.start_controller(o.program, *agents_env, key.text()); !started) {
+    std::fprintf(stderr, "rig run: %s\n", started.error().c_str());
+    return exit_failure;
+  }
+  key.wipe();
+  launch.collect();
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  return launch.outcome();
 }
