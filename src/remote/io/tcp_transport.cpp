@@ -77,7 +77,7 @@ void TcpTransport::report_throw(const std::string& what) noexcept {
   if (events_ != nullptr) events_->on_transport_error(what);
 }
 
-void TcpTransport::on_connect(uv_connect_t* req, int status) {
+void TcpTransport::on_connect(uv_connect_t* req, int status) noexcept {
   auto* t = static_cast<TcpTransport*>(req->data);
   guard(
       [&] {
@@ -95,7 +95,7 @@ void TcpTransport::read_stop() {
   uv_read_stop(stream());
 }
 
-void TcpTransport::on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf) {
+void TcpTransport::on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf) noexcept {
   auto* t = static_cast<TcpTransport*>(h->data);
   *buf = uv_buf_init(nullptr, 0);  // libuv reports UV_ENOBUFS for an empty buffer
   guard(
@@ -107,7 +107,7 @@ void TcpTransport::on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf
       [t](const std::string& what) { t->report_throw(what); });
 }
 
-void TcpTransport::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*) {
+void TcpTransport::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*) noexcept {
   auto* t = static_cast<TcpTransport*>(s->data);
   guard(
       [&] {
@@ -163,7 +163,7 @@ int TcpTransport::write(std::span<const Slice> slices) {
   return write_queued;
 }
 
-void TcpTransport::on_write(uv_write_t* req, int status) {
+void TcpTransport::on_write(uv_write_t* req, int status) noexcept {
   std::unique_ptr<WriteRequest> w(static_cast<WriteRequest*>(req->data));
   TcpTransport* t = w->transport;
   --t->writes_pending_;
@@ -177,7 +177,7 @@ int TcpTransport::shutdown() {
   return uv_shutdown(&shutdown_req_, stream(), on_shutdown);
 }
 
-void TcpTransport::on_shutdown(uv_shutdown_t* req, int status) {
+void TcpTransport::on_shutdown(uv_shutdown_t* req, int status) noexcept {
   auto* t = static_cast<TcpTransport*>(req->data);
   guard([&] { t->events_->on_shutdown(status); },
         [t](const std::string& what) { t->report_throw(what); });
@@ -189,7 +189,7 @@ void TcpTransport::close() {
   uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), on_close);
 }
 
-void TcpTransport::on_close(uv_handle_t* h) {
+void TcpTransport::on_close(uv_handle_t* h) noexcept {
   auto* t = static_cast<TcpTransport*>(h->data);
   // on_closed may destroy the transport: nothing of it is touched after.
   guard([t] { t->events_->on_closed(); }, [](const std::string&) {});

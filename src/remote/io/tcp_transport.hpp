@@ -54,12 +54,12 @@ class TcpTransport final : public Transport {
   };
 
   TcpTransport(uv_loop_t* loop, std::int64_t user_timeout_ms);
-  static void on_connect(uv_connect_t* req, int status);
-  static void on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
-  static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf);
-  static void on_write(uv_write_t* req, int status);
-  static void on_shutdown(uv_shutdown_t* req, int status);
-  static void on_close(uv_handle_t* h);
+  static void on_connect(uv_connect_t* req, int status) noexcept;
+  static void on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf) noexcept;
+  static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf) noexcept;
+  static void on_write(uv_write_t* req, int status) noexcept;
+  static void on_shutdown(uv_shutdown_t* req, int status) noexcept;
+  static void on_close(uv_handle_t* h) noexcept;
   void tune_socket();
   void report_throw(const std::string& what) noexcept;
   uv_stream_t* stream() noexcept { return reinterpret_cast<uv_stream_t*>(&tcp_); }
