@@ -154,21 +154,32 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
   // The drivers hold the link weakly, sharing the state's ownership: a device whose driver is
   // using its job keeps the state alive meanwhile.
   const std::weak_ptr<JobLink> link = std::shared_ptr<JobLink>(state, state->link.get());
-  rt.call([&] {
-    ProtocolLink* door = state->link.get();
-    auto* protocol =
-        new ControllerProtocol(reactor, timing, key, process_instance(), new_job_id(), state,
-                               std::move(members), std::make_unique<RemoteProxies>(link),
-                               tcp_dialer(), [&reactor, door](ControllerProtocol& self) {
-                                 door->detach();
-                                 // The job is done with the loop: free it once this callback has
-                                 // unwound.
-                                 post_function(reactor, [p = &self] { delete p; });
-                               });
-    state->outcome = protocol->outcome();
-    door->attach(*protocol);
-    protocol->start();
-  });
+  const auto unregister = [&] {
+    std::lock_guard lock(open_mu);
+    if (open_job == state) open_job = nullptr;
+  };
+  try {
+    rt.call([&] {
+      ProtocolLink* door = state->link.get();
+      auto* protocol =
+          new ControllerProtocol(reactor, timing, key, process_instance(), new_job_id(), state,
+                                 std::move(members), std::make_unique<RemoteProxies>(link),
+                                 tcp_dialer(), [&reactor, door](ControllerProtocol& self) {
+                                   door->detach();
+                                   // The job is done with the loop: free it once this callback has
+                                   // unwound.
+                                   post_function(reactor, [p = &self] { delete p; });
+                                 });
+      state->outcome = protocol->outcome();
+      door->attach(*protocol);
+      // From here the job exists: a throw while it dials fails it, as any failure of its start.
+      protocol->guarded([&] { protocol->start(); });
+    });
+  } catch (...) {
+    // The protocol could not be made (out of memory): no job exists for the exit to close.
+    unregister();
+    throw;
+  }
   // Started, or failed and every connection closed.
   while (!state->started.is_set() && !state->finished.is_set()) {
     state->started.wait_for_ms(break_poll_ms);
@@ -176,8 +187,7 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
   }
   if (auto cause = state->outcome->cause()) {
     state->finished.wait_for_ms(timing.drain_timeout_ms + 2 * timing.tick_ms);
-    std::lock_guard lock(open_mu);
-    if (open_job == state) open_job = nullptr;
+    unregister();
     return Error(*cause);
   }
   return Job(state);

@@ -9,10 +9,11 @@
 
 namespace rig::remote {
 
-// Runs `fn` on `reactor`'s loop thread, later. Any thread.
+// Runs `fn` on `reactor`'s loop thread, later; `fn` must not throw. Any thread.
 void post_function(Reactor& reactor, std::function<void()> fn);
 
-// Runs `fn` on `reactor`'s loop thread and returns once it has run. Any thread but the loop's.
+// Runs `fn` on `reactor`'s loop thread and returns once it has run, raising here what `fn` raised
+// there. Any thread but the loop's.
 void call_function(Reactor& reactor, std::function<void()> fn);
 
 }  // namespace rig::remote

@@ -2,14 +2,13 @@
 
 #include "remote/controller/post.hpp"
 #include "remote/controller/protocol.hpp"
-#include "remote/io/guard.hpp"
 
 namespace rig::remote {
 
 void ProtocolLink::close() {
   post_function(reactor_, [this, keep = state_.shared_from_this()] {
     if (protocol_ == nullptr) return;
-    guard([&] { protocol_->close(); }, [&](const std::string& cause) { protocol_->fail(cause); });
+    protocol_->guarded([&] { protocol_->close(); });
   });
 }
 
@@ -20,12 +19,10 @@ void ProtocolLink::send(std::size_t member, Bytes owned,
                            owned = std::move(owned), pieces = std::move(pieces),
                            expect = std::move(expect), keep = std::move(keep)]() mutable {
     if (protocol_ != nullptr) {
-      guard(
-          [&] {
-            protocol_->send(member, std::move(owned), std::move(pieces), std::move(expect),
-                            std::move(keep));
-          },
-          [&](const std::string& cause) { protocol_->fail(cause); });
+      protocol_->guarded([&] {
+        protocol_->send(member, std::move(owned), std::move(pieces), std::move(expect),
+                        std::move(keep));
+      });
       return;
     }
     // The job has finished: a round trip learns why at once.
@@ -43,12 +40,10 @@ void ProtocolLink::submit(Submission::Owned submission) noexcept {
 
 void ProtocolLink::deliver(Submission& s) noexcept {
   if (protocol_ == nullptr) return;
-  guard(
-      [&] {
-        protocol_->send(s.member, std::move(s.owned), std::move(s.pieces), std::move(s.expect),
-                        std::move(s.keep));
-      },
-      [&](const std::string& cause) { protocol_->fail(cause); });
+  protocol_->guarded([&] {
+    protocol_->send(s.member, std::move(s.owned), std::move(s.pieces), std::move(s.expect),
+                    std::move(s.keep));
+  });
 }
 
 }  // namespace rig::remote

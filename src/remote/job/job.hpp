@@ -47,6 +47,14 @@ class JobProtocol : public ConnectionOwner {
   // Whether the job has ended (failed or closed in order) and every connection has closed.
   bool finished() const { return ended_ && connections_.empty(); }
 
+  // Runs `body`, code the loop called back (a connection's report, a ticker, a listener's event,
+  // a posted call): a throw fails the job with the exception's text, the root cause as the spec
+  // words it. Loop thread.
+  template <typename Body>
+  void guarded(Body&& body) noexcept {
+    guard(std::forward<Body>(body), [this](const std::string& cause) { fail(cause); });
+  }
+
  protected:
   // A new connection the job owns until it closes.
   Connection& add_connection(std::string peer_name);
@@ -57,12 +65,6 @@ class JobProtocol : public ConnectionOwner {
   template <typename F>
   void each_connection(F f) {
     for (auto& c : connections_) f(*c);
-  }
-  // Runs `body`, code the loop called back (a connection's report, a ticker, a listener's event):
-  // a throw fails the job with the exception's text, the root cause as the spec words it.
-  template <typename Body>
-  void guarded(Body&& body) noexcept {
-    guard(std::forward<Body>(body), [this](const std::string& cause) { fail(cause); });
   }
 
   // The role's reaction to the job's failure (before the aborts go out), and to its end.
