@@ -68,20 +68,23 @@ void Timeline::wait(std::uint64_t value) const {
   }
 }
 
+Timeline::~Timeline() {
+  delete why_.load(std::memory_order_acquire);
+}
+
 bool Timeline::lose(const std::string& why) {
-  {
-    std::lock_guard lock(why_mu_);
-    if (lost_.load(std::memory_order_relaxed)) return false;
-    why_ = why;
-    lost_.store(true, std::memory_order_release);
-  }
+  if (lost()) return false;
+  auto cause = std::make_unique<const std::string>(why);
+  const std::string* none = nullptr;
+  if (!why_.compare_exchange_strong(none, cause.get(), std::memory_order_acq_rel)) return false;
+  cause.release();  // the timeline owns it now
   wake_all();
   return true;
 }
 
 std::string Timeline::why() const {
-  std::lock_guard lock(why_mu_);
-  return why_;
+  const std::string* cause = why_.load(std::memory_order_acquire);
+  return cause != nullptr ? *cause : std::string();
 }
 
 void Timeline::check() const {

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 namespace rig::detail {
@@ -26,14 +25,20 @@ class Timeline {
   void wait(std::uint64_t value) const;
 
   // Marks the timeline lost with `why` (first cause wins) and wakes every waiter. Returns whether
-  // this call was the one that lost it.
+  // this call was the one that lost it. Takes no lock, so a fork's child handler may call it
+  // whatever the parent's other threads held.
   bool lose(const std::string& why);
 
-  bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  bool lost() const noexcept { return why_.load(std::memory_order_acquire) != nullptr; }
   // The cause; empty when not lost.
   std::string why() const;
   // Raises rig::Lost with the cause if lost.
   void check() const;
+
+  Timeline() = default;
+  ~Timeline();
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
 
  private:
   void wake_all() noexcept;
@@ -41,9 +46,8 @@ class Timeline {
   std::atomic<std::uint64_t> word_{0};
   mutable std::atomic<std::uint32_t> seq_{0};
   mutable std::atomic<std::uint32_t> sleepers_{0};
-  std::atomic<bool> lost_{false};
-  mutable std::mutex why_mu_;  // guards why_; taken only on loss and to read the cause
-  std::string why_;
+  // The cause, set once (null until lost) and never changed after: readers need no lock.
+  std::atomic<const std::string*> why_{nullptr};
 };
 
 }  // namespace rig::detail

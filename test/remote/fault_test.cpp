@@ -169,21 +169,62 @@ TEST_CASE("a child of fork never uses its parent's job; the parent's goes on") {
   Rigd a(key_file);
   auto job = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
   REQUIRE(job.ok());
+  const rig::Device host = job->hosts()[0];
+  auto sims = rig::remote::devices(host, "SIM");
+  REQUIRE(sims.ok());
+  const rig::Device sim = sims->front();
+  const rig::Buffer before = rig::Buffer::make(sim, 4096);
+  const std::string forked =
+      "this process is a child of the job's controller (fork): the job's connections belong to "
+      "the parent";
   const pid_t child = fork();
   if (child == 0) {
-    // In the child: failed from the start, and closing it touches nothing of the parent's.
-    const auto f = job->failed();
-    const bool ok = f.has_value() && f->find("fork") != std::string::npos;
+    // Anything that hangs here fails the test instead of holding it.
+    alarm(10);
+    // In the child every host and proxy of the job is lost from the start, with the fork's text,
+    // and no use of one reaches the parent's loop or sockets.
+    int wrong = 0;
+    auto check = [&](bool ok, const char* what) {
+      if (ok) return;
+      std::fprintf(stderr, "in the child of fork: %s\n", what);
+      ++wrong;
+    };
+    auto expect_lost = [&](auto&& use, const char* what) {
+      try {
+        use();
+        check(false, what);
+      } catch (const rig::Lost& e) {
+        check(std::string(e.what()) == forked, what);
+      }
+    };
+    check(job->failed() == forked, "failed()");
+    check(rig::failure(host) == forked && rig::failure(sim) == forked, "the devices' failure()");
+    expect_lost([&] { (void)rig::Buffer::make(host, 64); }, "a buffer on the host");
+    expect_lost([&] { (void)rig::Buffer::make(sim, 64); }, "a buffer on the proxy");
+    expect_lost([&] { host.wait(rig::submit(host, std::span<const rig::Part>{})); }, "a submit");
+    std::vector<std::uint8_t> bytes(4096, 7);
+    expect_lost(
+        [&] {
+          rig::copy(before, 0, rig::Buffer::borrow(bytes.data(), bytes.size()), 0, 4096).wait();
+        },
+        "a copy");
+    check(!rig::remote::devices(host, "SIM").ok(), "devices()");
     job->close();
-    _exit(ok ? 0 : 1);
+    _exit(wrong);
   }
   int status = 0;
   waitpid(child, &status, 0);
-  CHECK(WIFEXITED(status));
+  REQUIRE(WIFEXITED(status));  // not ended by the alarm: nothing in the child waited for ever
   CHECK(WEXITSTATUS(status) == 0);
+  // The parent's job goes on: a round trip, a copy there and back, then an orderly close.
   CHECK_FALSE(job->failed().has_value());
-  const rig::Device host = job->hosts()[0];
   host.wait(rig::submit(host, std::span<const rig::Part>{}));
+  std::vector<std::uint8_t> out(4096), in(4096, 0);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(i * 13);
+  rig::copy(before, 0, rig::Buffer::borrow(out.data(), out.size()), 0, out.size()).wait();
+  rig::copy(rig::Buffer::borrow(in.data(), in.size()), 0, before, 0, in.size()).wait();
+  CHECK(in == out);
+  CHECK_FALSE(job->failed().has_value());
   job->close();
   CHECK(a.job_end(1).value_or("").find("closed") != std::string::npos);
 }

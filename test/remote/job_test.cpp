@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/device.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
 #include "support/job_fixtures.hpp"
@@ -348,4 +349,53 @@ TEST_CASE("rigd logs each job's start and its end with the root cause, exactly o
     REQUIRE(finals.size() == 1);
     CHECK(finals[0] == ends[static_cast<std::size_t>(n - 1)]);
   }
+}
+
+TEST_CASE("connect first fails an open job that a loss here failed, without waiting for the tick") {
+  const std::string key_file = make_key_file("loss-then-connect");
+  Rigd a(key_file);
+  auto job = rig::remote::connect(load_key(key_file), {a.address()});
+  REQUIRE(job.ok());
+  // A loss of one of the job's hosts other than by a close, as rig::fail does to every device.
+  job->hosts()[0].core()->lose("boom");
+  CHECK_THROWS_WITH_AS((void)rig::remote::connect(load_key(key_file), {a.address()}),
+                       "rig: connect: a job of this process is open; close it first",
+                       std::invalid_argument);
+  // At once, not a tick (100 ms) later.
+  CHECK(job->failed() == std::optional<std::string>("boom"));
+  job->close();
+  const auto end = a.job_end(1);
+  REQUIRE(end.has_value());
+  CHECK(end->find("failed controller aborted: boom") != std::string::npos);
+}
+
+namespace {
+// The number a machine's name carries: 1 for "HOST:PORT", N for "HOST:PORT#N".
+int connection_number(const std::string& name) {
+  const auto hash = name.rfind('#');
+  return hash == std::string::npos ? 1 : std::stoi(name.substr(hash + 1));
+}
+}  // namespace
+
+TEST_CASE("HOST:PORT#N counts the jobs that dialed the address, not connects that never did") {
+  const std::string key_file = make_key_file("numbers");
+  const auto key = load_key(key_file);
+  Rigd a(key_file);
+  auto first = rig::remote::connect(key, {a.address()});
+  REQUIRE(first.ok());
+  const int n = connection_number(first->hosts()[0].name());
+  // A connect that raises (a job is open) and one that fails before dialing (a name that does
+  // not resolve) take no number.
+  CHECK_THROWS_AS((void)rig::remote::connect(key, {a.address()}), std::invalid_argument);
+  first->close();
+  REQUIRE(a.job_end(1).has_value());
+  auto unresolved = rig::remote::connect(key, {a.address(), {"no such host.invalid", 9}});
+  REQUIRE_FALSE(unresolved.ok());
+  CHECK(unresolved.error().starts_with(
+      "no such host.invalid:9: cannot resolve no such host.invalid"));
+  auto second = rig::remote::connect(key, {a.address()});
+  REQUIRE_MESSAGE(second.ok(), second.error());
+  const std::string name = second->hosts()[0].name();
+  CHECK(name == "CPU@127.0.0.1:" + std::to_string(a.port) + "#" + std::to_string(n + 1));
+  second->close();
 }

@@ -2,6 +2,7 @@
 // failed and close, and the process's exit, which waits for its last job.
 #include "remote/controller/controller.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -34,10 +35,50 @@ std::shared_ptr<JobState> open_job;
 // The job this process started last, open or not (devices() takes only its hosts).
 std::weak_ptr<JobState> last_job;
 
-// How many connections this process has made to each address, for "HOST:PORT#2".
+// How many jobs of this process have dialed each address, for "HOST:PORT#2". Guarded by open_mu.
 std::map<std::string, int>& address_uses() {
   static auto* uses = new std::map<std::string, int>();
   return *uses;
+}
+
+// The name the next job's connection to `dial_text` takes. open_mu held.
+std::string address_name(const std::string& dial_text) {
+  const auto it = address_uses().find(dial_text);
+  const int n = (it == address_uses().end() ? 0 : it->second) + 1;
+  return n == 1 ? dial_text : dial_text + "#" + std::to_string(n);
+}
+
+// A fork copies only the thread that calls it: in the child the loop and the parent's other
+// threads are gone, so the open job is failed there at once (its hosts and proxies lost, its link
+// answering without the loop) while the parent's job goes on. The parent holds open_mu and the
+// job's lock across the fork, so the child finds the device lists whole, never half-written.
+std::shared_ptr<JobState> forking_job;  // guarded by open_mu; set only across a fork
+
+void before_fork() noexcept {
+  open_mu.lock();
+  forking_job = open_job;
+  if (forking_job) forking_job->mu.lock();
+}
+
+void after_fork_in_parent() noexcept {
+  if (forking_job) forking_job->mu.unlock();
+  forking_job = nullptr;  // open_job still holds the state
+  open_mu.unlock();
+}
+
+void after_fork_in_child() noexcept {
+  const std::shared_ptr<JobState> job = std::move(forking_job);
+  if (job) {
+    job->in_child.store(true, std::memory_order_release);
+    // Losing takes no lock (the timeline's cause is lock-free) and stops each driver.
+    const std::string why = forked_cause;
+    for (const auto& [key, devices] : job->opened) {
+      for (const Device& d : devices) d.core()->lose(why);
+    }
+    for (const Device& h : job->hosts) h.core()->lose(why);
+    job->mu.unlock();
+  }
+  open_mu.unlock();
 }
 
 }  // namespace
@@ -50,12 +91,8 @@ const std::vector<Device>& Job::hosts() const {
 std::optional<std::string> Job::failed() const {
   if (!s_) return std::nullopt;
   if (s_->closed.load()) return std::nullopt;
-  if (s_->pid != getpid()) {
-    return std::string(
-        "this process is a child of the job's controller (fork): the job's "
-        "connections belong to the parent");
-  }
-  return s_->outcome->cause();
+  if (s_->pid != getpid()) return forked_cause;  // any process but the one that connected
+  return s_->cause();
 }
 
 // Waits for `event`, coming back every break_poll_ms to honour a requested break.
@@ -71,7 +108,7 @@ static void wait_breakable(const Event& event) {
 void Job::close() {
   if (!s_) throw std::invalid_argument("rig: close() of an empty Job handle");
   if (s_->closed.load()) return;
-  if (s_->pid != getpid()) {
+  if (s_->in_child.load(std::memory_order_acquire) || s_->pid != getpid()) {
     s_->closed = true;
     return;
   }
@@ -124,24 +161,36 @@ void close_at_exit() {
 }  // namespace
 
 Result<Job> connect_named(const Key& key, std::vector<Member> members, const Timing& timing,
-                          int report_fd) {
+                          int report_fd, Naming naming) {
   // The runtime starts first: it reads its tunables then, and a bad one raises here, before this
   // job is the process's open one (which the exit would close).
   Runtime& rt = Runtime::get();
   auto state = std::make_shared<JobState>(getpid(), timing, report_fd, members.size());
+  Reactor& reactor = rt.reactor();
+  // Made before the state is the open job, so another thread's connect may read it (const after).
+  state->link = std::make_shared<ProtocolLink>(reactor, *state);
+  std::shared_ptr<JobState> open;
   {
     std::lock_guard lock(open_mu);
     if (open_job && !open_job->closed.load() && open_job->pid == getpid()) {
-      throw std::invalid_argument("rig: connect: a job of this process is open; close it first");
+      open = open_job;
+    } else {
+      open_job = state;
+      last_job = state;
     }
-    open_job = state;
-    last_job = state;
   }
-  static const bool at_exit = [] {
+  if (open) {
+    // A loss here may have failed the open job a moment ago, before its tick has looked: it fails
+    // now, so that whoever catches this sees the job's cause at once.
+    if (open->link) open->link->notice_losses();
+    throw std::invalid_argument("rig: connect: a job of this process is open; close it first");
+  }
+  static const bool at_exit_and_fork = [] {
     std::atexit(close_at_exit);
+    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
     return true;
   }();
-  (void)at_exit;
+  (void)at_exit_and_fork;
   if (auto f = rig::detail::Registry::get().failure()) {
     std::lock_guard lock(open_mu);
     open_job = nullptr;
@@ -149,8 +198,15 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
     state->report.failed(cause);
     return Error(cause);
   }
-  Reactor& reactor = rt.reactor();
-  state->link = std::make_shared<ProtocolLink>(reactor, *state);
+  if (naming == Naming::by_address) {
+    // The job dials from here on: its connections take their numbers now (none before, so a
+    // connect that raised or failed earlier left the next one the same name).
+    std::lock_guard lock(open_mu);
+    for (Member& m : members) {
+      m.name = address_name(m.dial_text);
+      ++address_uses()[m.dial_text];
+    }
+  }
   // The drivers hold the link weakly, sharing the state's ownership: a device whose driver is
   // using its job keeps the state alive meanwhile.
   const std::weak_ptr<JobLink> link = std::shared_ptr<JobLink>(state, state->link.get());
@@ -211,7 +267,7 @@ Result<std::vector<Device>> devices(const Device& host, const std::string& kind)
     }
   }
   if (job->closed.load() || job->close_sent.load()) return Error("the job has closed");
-  if (auto cause = job->outcome->cause()) return Error(*cause);
+  if (auto cause = job->cause()) return Error(*cause);
   const std::size_t member = driver->member();
   const auto key = std::make_pair(member, kind);
   {
@@ -249,11 +305,9 @@ Result<Job> connect(const Key& key, const std::vector<Address>& agents) {
   {
     std::lock_guard lock(open_mu);
     for (const Address& a : agents) {
-      const std::string text = address_text(a.first, a.second);
-      const int n = ++address_uses()[text];
       Member m;
-      m.name = n == 1 ? text : text + "#" + std::to_string(n);
-      m.dial_text = text;
+      m.dial_text = address_text(a.first, a.second);
+      m.name = address_name(m.dial_text);  // what it will be called, if the job goes on to dial
       members.push_back(std::move(m));
     }
   }
@@ -262,7 +316,7 @@ Result<Job> connect(const Key& key, const std::vector<Address>& agents) {
     if (!addr) return Error(members[i].name + ": " + addr.error());
     members[i].address = *addr;
   }
-  return connect_named(key, std::move(members), job_timing());
+  return connect_named(key, std::move(members), job_timing(), -1, Naming::by_address);
 }
 
 }  // namespace rig::remote

@@ -10,9 +10,14 @@
 
 namespace rig::remote {
 
-// Starts a job with named members (connect names them by address, launched by RIG_REMOTE_AGENTS)
-// on the process's loop; `report_fd` is the launcher's report descriptor, or -1.
+// How a job's members are named: as given (launched: the NAMEs of RIG_REMOTE_AGENTS), or by
+// address (connect), where the process's second connection to one address is "HOST:PORT#2".
+enum class Naming { given, by_address };
+
+// Starts a job with named members on the process's loop; `report_fd` is the launcher's report
+// descriptor, or -1. With Naming::by_address the members come named as their next connection
+// would be, and take those numbers only once the job goes on to dial them.
 Result<Job> connect_named(const Key& key, std::vector<Member> members, const Timing& timing,
-                          int report_fd = -1);
+                          int report_fd = -1, Naming naming = Naming::given);
 
 }  // namespace rig::remote

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,11 @@
 namespace rig::remote {
 
 class ProtocolLink;
+
+// The root cause a child of fork sees for the job its parent had open, and its devices' loss.
+inline constexpr const char* forked_cause =
+    "this process is a child of the job's controller (fork): the job's connections belong to the "
+    "parent";
 
 // Owner: the Job handles, the job's protocol while it runs, and the drivers of its devices while
 // they use it (they hold it weakly, through its link). Lifetime: until the last of those lets go;
@@ -50,6 +56,16 @@ struct JobState : std::enable_shared_from_this<JobState> {
   Event finished;  // set by the loop once every connection has closed
   std::atomic<bool> close_sent{false};  // set by Job::close; devices() refuses after
   std::atomic<bool> closed{false};      // set by Job::close as it ends
+  // Set in a child of fork (controller.cpp) on the copy of the job its parent had open: nothing
+  // the child does reaches the parent's loop or sockets.
+  std::atomic<bool> in_child{false};
+
+  // The root cause this process records for the job: the fork's in a child of fork (where the
+  // parent's protocol never reports), else the protocol's, if any.
+  std::optional<std::string> cause() const {
+    if (in_child.load(std::memory_order_acquire)) return forked_cause;
+    return outcome->cause();
+  }
 
   // Flow control: the loop writes it (each connection's sending watch, a failure's wake);
   // submitters read it and wait.

@@ -294,6 +294,11 @@ void ControllerProtocol::tick(std::int64_t now) {
       }
     }
   }
+  notice_losses();
+}
+
+void ControllerProtocol::notice_losses() {
+  if (has_failed()) return;
   // A host or proxy lost on this process other than by a close (rig::fail, say) fails the job.
   for (const Member& m : members_) {
     for (const auto& [id, device] : m.devices) {

@@ -52,6 +52,10 @@ class ControllerProtocol final : public JobProtocol {
   // Sends CLOSE to every agent.
   void close();
 
+  // Fails the job if one of its hosts or proxies was lost here other than by a close. The tick
+  // looks every tick_ms; connect asks at once, so that it never starts beside a failed job.
+  void notice_losses();
+
  private:
   void on_proven(Connection& c) noexcept override;
   void on_refused(Connection& c, const std::string& why) noexcept override;

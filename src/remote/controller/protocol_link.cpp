@@ -6,15 +6,32 @@
 namespace rig::remote {
 
 void ProtocolLink::close() {
+  if (in_child()) return;
   post_function(reactor_, [this, keep = state_.shared_from_this()] {
     if (protocol_ == nullptr) return;
     protocol_->guarded([&] { protocol_->close(); });
   });
 }
 
+void ProtocolLink::notice_losses() {
+  if (in_child()) return;
+  call_function(reactor_, [this] {
+    if (protocol_ == nullptr) return;
+    protocol_->guarded([&] { protocol_->notice_losses(); });
+  });
+}
+
 void ProtocolLink::send(std::size_t member, Bytes owned,
                         rig::detail::PoolVector<Connection::Piece> pieces,
                         std::optional<Expect> expect, std::shared_ptr<const void> keep) {
+  if (in_child()) {
+    // The loop is the parent's: a round trip fails at once, anything else is dropped.
+    if (expect && expect->reply) {
+      expect->reply->failed = forked_cause;
+      expect->reply->done.set();
+    }
+    return;
+  }
   post_function(reactor_, [this, state = state_.shared_from_this(), member,
                            owned = std::move(owned), pieces = std::move(pieces),
                            expect = std::move(expect), keep = std::move(keep)]() mutable {
@@ -35,7 +52,12 @@ void ProtocolLink::send(std::size_t member, Bytes owned,
 }
 
 void ProtocolLink::submit(Submission::Owned submission) noexcept {
+  if (in_child()) return;  // dropped here: the child's devices of the job are lost already
   reactor_.post(submission.release());
+}
+
+bool ProtocolLink::in_child() const noexcept {
+  return state_.in_child.load(std::memory_order_acquire);
 }
 
 void ProtocolLink::deliver(Submission& s) noexcept {

@@ -24,6 +24,9 @@ class ProtocolLink final : public JobLink {
 
   // Has the protocol send CLOSE to every agent (Job::close).
   void close();
+  // Has the protocol look for a loss of its devices now, and returns once it has. Any thread but
+  // the loop's.
+  void notice_losses();
 
   void send(std::size_t member, Bytes owned, rig::detail::PoolVector<Connection::Piece> pieces,
             std::optional<Expect> expect, std::shared_ptr<const void> keep = {}) override;
@@ -32,6 +35,8 @@ class ProtocolLink final : public JobLink {
 
  private:
   void deliver(Submission& submission) noexcept override;
+  // In a child of fork, whose copy of the loop never runs: calls end here.
+  bool in_child() const noexcept;
 
   Reactor& reactor_;
   JobState& state_;
