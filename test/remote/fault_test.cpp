@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -22,7 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "remote/controller/controller.hpp"
 #include "remote/controller/launch.hpp"
+#include "remote/controller/member.hpp"
 #include "remote/io/address.hpp"
 #include "remote/job/process.hpp"
 #include "remote/trust/handshake.hpp"
@@ -227,6 +230,86 @@ TEST_CASE("a child of fork never uses its parent's job; the parent's goes on") {
   CHECK_FALSE(job->failed().has_value());
   job->close();
   CHECK(a.job_end(1).value_or("").find("closed") != std::string::npos);
+}
+
+namespace {
+
+// A job on one rigd whose controller reports to a pipe, as under a launcher: connect_named with the
+// launcher's descriptor.
+struct ReportedJob {
+  int report[2] = {-1, -1};
+  std::optional<rig::Result<rig::remote::Job>> job;
+
+  ReportedJob(const rig::remote::Key& key, const Rigd& a) {
+    REQUIRE(pipe(report) == 0);
+    rig::remote::Member m;
+    m.name = a.name();
+    m.dial_text = a.name();
+    auto at = rig::remote::resolve("127.0.0.1", a.port);
+    REQUIRE(at.ok());
+    m.address = *at;
+    std::vector<rig::remote::Member> members;
+    members.push_back(std::move(m));
+    job.emplace(
+        rig::remote::connect_named(key, std::move(members), rig::remote::job_timing(), report[1]));
+    REQUIRE_MESSAGE(job->ok(), (job->ok() ? "" : job->error()));
+  }
+  ~ReportedJob() {
+    ::close(report[0]);
+    ::close(report[1]);
+  }
+  // Every line reported so far.
+  std::string lines() const {
+    std::string out;
+    char buf[512];
+    pollfd p{report[0], POLLIN, 0};
+    while (poll(&p, 1, 0) == 1) {
+      const ssize_t n = ::read(report[0], buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an agent that dies while the job closes fails the job: the launcher hears the cause") {
+  ScaledTiming scaled;
+  const std::string key_file = rig::test::make_key_file("die-in-close");
+  Rigd a(key_file, {"--test-timing-divisor", std::to_string(divisor)});
+  ReportedJob r(rig::test::load_key(key_file), a);
+  const pid_t agent = a.job_pid(1);
+  kill(agent, SIGSTOP);  // it will never answer the close
+  std::thread killer([agent] {
+    std::this_thread::sleep_for(300ms);
+    kill(agent, SIGKILL);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  (*r.job)->close();
+  const double took = rig::test::seconds_since(t0);
+  killer.join();
+  CHECK(took >= 0.25);  // it waited for the agent, which never let go of the job
+  CHECK(took < 2.5);    // and ended within the drain's bound (1 s scaled) after the death
+  CHECK(r.lines() == "started\nfailed " + a.name() + ": closed its connection\n");
+  CHECK_FALSE((*r.job)->failed().has_value());  // after a close, as after every close
+}
+
+TEST_CASE("an agent that falls silent while the job closes fails it with the silence cause") {
+  ScaledTiming scaled;
+  const std::string key_file = rig::test::make_key_file("silent-in-close");
+  Rigd a(key_file, {"--test-timing-divisor", std::to_string(divisor)});
+  ReportedJob r(rig::test::load_key(key_file), a);
+  const pid_t agent = a.job_pid(1);
+  kill(agent, SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  (*r.job)->close();
+  const double took = rig::test::seconds_since(t0);
+  kill(agent, SIGKILL);
+  // Silence for 1 s (scaled), then the drain's 1 s with a peer that never answers.
+  CHECK(took >= 0.9);
+  CHECK(took < 2.6);
+  CHECK(r.lines() == "started\nfailed " + a.name() + ": sent nothing for 1 s\n");
 }
 
 TEST_CASE("RIG_REMOTE_AGENTS and RIG_REMOTE_KEY: every rule") {

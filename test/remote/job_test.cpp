@@ -22,12 +22,16 @@
 #include "support/wire_peer.hpp"
 
 using namespace std::chrono_literals;
+using rig::test::end_and_drain;
 using rig::test::env;
+using rig::test::FakeAgent;
 using rig::test::load_key;
 using rig::test::make_key_file;
 using rig::test::Process;
+using rig::test::read_until;
 using rig::test::Rigd;
 using rig::test::seconds_since;
+using rig::test::send_message;
 
 TEST_CASE("a job on two agents: hosts, round trips, close, and the daemons serve the next job") {
   const std::string key_file = make_key_file("start");
@@ -398,4 +402,70 @@ TEST_CASE("HOST:PORT#N counts the jobs that dialed the address, not connects tha
   const std::string name = second->hosts()[0].name();
   CHECK(name == "CPU@127.0.0.1:" + std::to_string(a.port) + "#" + std::to_string(n + 1));
   second->close();
+}
+
+TEST_CASE(
+    "the exit waits for a failed job's abort behind a copy in flight, though close returned") {
+  const std::string key_file = make_key_file("exit-waits");
+  const auto key = load_key(key_file);
+  FakeAgent agent;
+  std::optional<std::string> abort_reason;
+  std::thread fake([&] {
+    const int s = agent.accept_and_prove(key);
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    send_message(s, rig::remote::Ready{"x86_64", 1ull << 30});
+    REQUIRE(read_until<rig::remote::Make>(s, d));
+    send_message(s, rig::remote::Made{4096, ""});
+    // The copy's 256 MiB now back up into the controller's queue, since nothing reads them. A
+    // second MADE, which nothing asked for, fails the job there: its abort waits behind the copy.
+    std::this_thread::sleep_for(200ms);
+    send_message(s, rig::remote::Made{8192, ""});
+    // The controller's user has closed the failed job and its process is exiting meanwhile.
+    std::this_thread::sleep_for(500ms);
+    long payloads = 0;
+    abort_reason = rig::test::read_abort<rig::remote::Payload>(s, d, payloads);
+    end_and_drain(s);
+  });
+  Process controller(
+      {env("RIG_TEST_CONTROLLER"), key_file, "--copy-mib", "256", "--until-failed", agent.name()});
+  REQUIRE(controller.line(10'000) == std::optional<std::string>("started"));
+  const auto failed = controller.line(10'000);
+  REQUIRE(failed.has_value());
+  const int status = controller.wait();
+  fake.join();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  const std::string why =
+      "127.0.0.1:" + std::to_string(agent.port) + ": malformed message: MADE where REACHED was due";
+  CHECK(*failed == "failed: " + why);
+  CHECK(abort_reason == std::optional<std::string>(why));
+}
+
+TEST_CASE("a break that ends the exit's close fails the job: its agents hear 'interrupted'") {
+  const std::string key_file = make_key_file("break-at-exit");
+  const auto key = load_key(key_file);
+  FakeAgent agent;
+  std::optional<std::string> abort_reason;
+  std::thread fake([&] {
+    const int s = agent.accept_and_prove(key);
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    send_message(s, rig::remote::Ready{"x86_64", 1ull << 30});
+    // The exit's close: left unanswered, so that its wait ends in the break.
+    REQUIRE(read_until<rig::remote::Close>(s, d));
+    long heartbeats = 0;
+    abort_reason = rig::test::read_abort<rig::remote::Heartbeat>(s, d, heartbeats);
+    end_and_drain(s);
+  });
+  Process controller({env("RIG_TEST_CONTROLLER"), key_file, "--break-at-exit", agent.name()});
+  REQUIRE(controller.line(10'000) == std::optional<std::string>("started"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = controller.wait();
+  const double took = seconds_since(t0);
+  fake.join();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(abort_reason == std::optional<std::string>("interrupted"));
+  CHECK(took < 2.0);  // the break's 200 ms, then the agent's prompt end: not the drain's 10 s
 }

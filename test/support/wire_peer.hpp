@@ -102,18 +102,22 @@ inline void send_message(int s, const rig::remote::Message& m) {
   FakeAgent::send_all(s, bytes);
 }
 
-// Reads frames from a raw socket until an ABORT arrives, counting the messages of type `M` before
-// it. Returns the abort's reason, or nothing if the connection ended (or was reset) first.
+// Reads frames from a raw socket until an ABORT arrives, counting the frames of type `M` before
+// it (a message, or a bulk frame such as PAYLOAD, which is counted undecoded). Returns the abort's
+// reason, or nothing if the connection ended (or was reset) first.
 template <typename M>
 std::optional<std::string> read_abort(int s, rig::remote::FrameDecoder& d, long& counted) {
   for (;;) {
     auto f = d.next();
     if (!f) return std::nullopt;
     if (f->has_value()) {
+      if ((*f)->type == M::type) {
+        ++counted;
+        continue;
+      }
       auto m = rig::remote::decode(**f);
       if (!m) return std::nullopt;
       if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) return abort->reason;
-      if (std::holds_alternative<M>(*m)) ++counted;
       continue;
     }
     std::uint8_t buf[64 * 1024];

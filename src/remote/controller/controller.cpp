@@ -143,18 +143,24 @@ void Job::close() {
 namespace {
 
 void close_at_exit() {
+  // The last job, open or already closed by the user: a failed job that close let go of at once
+  // may still be sending its abort and draining its connections, and the exit waits for those.
   std::shared_ptr<JobState> job;
   {
     std::lock_guard lock(open_mu);
-    job = open_job;
+    job = open_job ? open_job : last_job.lock();
   }
-  if (!job || job->pid != getpid()) return;
-  try {
-    Job(job).close();
-  } catch (...) {
-    // Exit goes on: a break or a failure during the close leaves nothing more to do here.
+  if (!job || job->pid != getpid() || job->in_child.load(std::memory_order_acquire)) return;
+  if (!job->closed.load()) {
+    try {
+      Job(job).close();
+    } catch (const std::exception& e) {
+      // The exit's close could not end the job in order (a break, or a close rig refuses here,
+      // such as from inside one of its calls): the job fails with the reason, which its agents
+      // hear in the abort.
+      job->link->fail(e.what());
+    }
   }
-  // A job that failed is still draining its connections: the process waits for them.
   job->finished.wait_for_ms(job->timing.drain_timeout_ms + 2 * job->timing.tick_ms);
 }
 

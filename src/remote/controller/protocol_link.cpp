@@ -13,6 +13,14 @@ void ProtocolLink::close() {
   });
 }
 
+void ProtocolLink::fail(std::string cause) {
+  if (in_child()) return;
+  post_function(reactor_, [this, keep = state_.shared_from_this(), cause = std::move(cause)] {
+    if (protocol_ == nullptr) return;
+    protocol_->guarded([&] { protocol_->fail(cause); });
+  });
+}
+
 void ProtocolLink::notice_losses() {
   if (in_child()) return;
   call_function(reactor_, [this] {

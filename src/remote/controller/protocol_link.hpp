@@ -24,6 +24,8 @@ class ProtocolLink final : public JobLink {
 
   // Has the protocol send CLOSE to every agent (Job::close).
   void close();
+  // Fails the job with `cause` (first cause wins), later, on the loop. Any thread.
+  void fail(std::string cause);
   // Has the protocol look for a loss of its devices now, and returns once it has. Any thread but
   // the loop's.
   void notice_losses();
