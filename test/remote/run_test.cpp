@@ -8,8 +8,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/job_fixtures.hpp"
@@ -50,8 +52,7 @@ TEST_CASE("rig run: a controller that ends before the job starts ends it at once
     RigRun run("before-start-" + c.tag, 2, {}, c.program);
     // The agents get SIGTERM as soon as the controller has ended, and exit within a tick.
     const double bound_s = 3.0 * sanitizer_slowdown;
-    const std::string out = run.output(static_cast<int>(bound_s * 1000));
-    const bool ended = run.p->wait_for(static_cast<int>(bound_s * 1000));
+    const auto [out, ended] = run.end_within(bound_s);
     const double elapsed = seconds_since(run.started());
     CHECK_MESSAGE(ended, "rig run still running after " << bound_s << " s");
     CHECK(elapsed < bound_s);
@@ -79,8 +80,7 @@ TEST_CASE("rig run: an agent killed while the job runs is named, and rig run end
   // The controller hears the loss at once; its close and agent1's drain take at most the drain's
   // 1 s (scaled), then 1 s of margin for a loaded machine.
   const double bound_s = 2.0 * sanitizer_slowdown;
-  const std::string out = run.output(static_cast<int>(bound_s * 1000));
-  const bool ended = run.p->wait_for(static_cast<int>(bound_s * 1000));
+  const auto [out, ended] = run.end_within(bound_s);
   CHECK_MESSAGE(ended, "rig run still running " << bound_s << " s after the kill");
   CHECK(seconds_since(t0) < bound_s);
   check_agent0_failed_the_job(out,
@@ -103,8 +103,7 @@ TEST_CASE("rig run: an agent that goes silent is stopped 1.1 s after the control
   // not act on, and SIGKILL 0.2 s later. Then 1 s of margin.
   const double earliest_s = 1.0 + 1.1 + 0.2;
   const double bound_s = (earliest_s + 1.0 + 1.0) * sanitizer_slowdown;
-  const std::string out = run.output(static_cast<int>(bound_s * 1000));
-  const bool ended = run.p->wait_for(static_cast<int>(bound_s * 1000));
+  const auto [out, ended] = run.end_within(bound_s);
   const double elapsed = seconds_since(t0);
   CHECK_MESSAGE(ended, "rig run still running " << bound_s << " s after the SIGSTOP");
   CHECK(elapsed >= earliest_s);
@@ -118,11 +117,42 @@ TEST_CASE("rig run: an agent that goes silent is stopped 1.1 s after the control
 
 TEST_CASE("rig run: a job that closes in order ends with 0 and every process closed") {
   RigRun run("closes", 2, {}, {rig::test::env("RIG_TEST_LAUNCHED"), "--hold-ms", "0"});
-  const std::string out = run.output(10'000);
-  REQUIRE(run.p->wait_for(10'000));
+  const auto [out, ended] = run.end_within(10.0);
+  REQUIRE(ended);
   CHECK(out ==
         "started\nclosed\nrig run: controller closed\nrig run: agent0     closed\n"
         "rig run: agent1     closed\nrig run: the job closed\n");
   CHECK(WEXITSTATUS(run.p->wait()) == 0);
   CHECK(run.agents_left().empty());
+}
+
+TEST_CASE("rig run: a second Ctrl-C kills a controller that ignores the first") {
+  const std::string grandchild = std::filesystem::temp_directory_path() /
+                                 ("rig-test-" + std::to_string(getpid())) / "interrupted.pid";
+  RigRun run(
+      "interrupted", 2, {},
+      {"/bin/sh", "-c",
+       "trap '' INT; sleep 30 >/dev/null 2>&1 & echo $! > '" + grandchild + "'; echo ready; wait"});
+  REQUIRE(run.p->line() == "ready");
+  run.p->signal(SIGINT);
+  // The first is passed on: the agents, serving no job yet, end; the controller ignores it.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!run.agents_left().empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(run.agents_left().empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  run.p->signal(SIGINT);
+  const double bound_s = 1.0 * sanitizer_slowdown;
+  const auto [out, ended] = run.end_within(bound_s);
+  CHECK_MESSAGE(ended, "rig run still running " << bound_s << " s after the second SIGINT");
+  CHECK(seconds_since(t0) < bound_s);
+  CHECK(out ==
+        "rig run: controller killed, as rig run was interrupted twice\n"
+        "rig run: agent0     exited with status 1 without reporting the job's end\n"
+        "rig run: agent1     exited with status 1 without reporting the job's end\n"
+        "rig run: the job failed: rig run was interrupted twice\n");
+  if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
+  std::ifstream in(grandchild);
+  if (pid_t pid = 0; in >> pid) kill(pid, SIGKILL);
 }

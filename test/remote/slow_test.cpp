@@ -82,8 +82,7 @@ TEST_CASE("rig run: an agent that goes silent is stopped 11 s after the controll
   // on, and SIGKILL 2 s later. Then 1 s of margin.
   const double earliest_s = 10.0 + 11.0 + 2.0;
   const double bound_s = earliest_s + 10.0 + 1.0;
-  const std::string out = run.output(static_cast<int>(bound_s * 1000));
-  const bool ended = run.p->wait_for(static_cast<int>(bound_s * 1000));
+  const auto [out, ended] = run.end_within(bound_s);
   const double elapsed = rig::test::seconds_since(t0);
   CHECK_MESSAGE(ended, "rig run still running " << bound_s << " s after the SIGSTOP");
   CHECK(elapsed >= earliest_s);

@@ -6,8 +6,10 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -67,19 +69,23 @@ class RigRun {
     }
     return left;
   }
-  // rig run's stdout, line by line, until it ends or `ms` pass.
-  std::string output(int ms) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  // What rig run printed on stdout, and whether it has ended, within `seconds` from now.
+  struct End {
     std::string out;
-    for (;;) {
+    bool ended = false;
+  };
+  End end_within(double seconds) {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+    auto left_ms = [&] {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            until - std::chrono::steady_clock::now())
-                            .count();
-      if (left <= 0) return out;
-      auto l = p->line(static_cast<int>(left));
-      if (!l) return out;
-      out += *l + "\n";
-    }
+          until - std::chrono::steady_clock::now());
+      return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
+    };
+    End end;
+    while (auto l = p->line(left_ms())) end.out += *l + "\n";
+    end.ended = p->wait_for(left_ms());
+    return end;
   }
 
   std::unique_ptr<Process> p;
