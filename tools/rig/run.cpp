@@ -48,6 +48,9 @@ constexpr int agent_start_timeout_ms = 10'000;
 // Without a pidfd to wait on, how often rig run looks whether a process has ended.
 constexpr int tick_ms = 100;
 constexpr std::string_view failed_prefix = "failed ";  // a report's end line of a failed job
+// What rig run keeps of a report: its two lines, with a reason of up to 16 KiB (reason_bytes_max),
+// fit; a process that writes more is cut there, not kept in memory without a bound.
+constexpr std::size_t report_bytes_max = 64 * 1024;
 constexpr std::size_t key_bytes = 32;  // 64 hexadecimal characters in RIG_REMOTE_KEY
 // --test-timing-divisor's largest value: 10 s become 10 ms.
 constexpr int timing_divisor_max = 1000;
@@ -85,7 +88,7 @@ struct Member {
   std::string name;
   pid_t pid = -1;
   int pid_fd = -1;          // readable once the process has ended; -1 where the system gives none
-  int report_fd = -1;       // read end of its report pipe (non-blocking), until EOF or its end
+  int report_fd = -1;       // read end of its report pipe (non-blocking), until EOF or its exit
   int out_fd = -1;          // an agent's stdout, for its listening line
   std::string out_pending;  // what was read from out_fd past its listening line
   std::string report;       // what it reported
@@ -442,8 +445,9 @@ class Launch {
     }
   }
 
-  // Notes `pid` as `m`'s process, with a pidfd to wait on where the system has one (Linux 5.3);
-  // without one, the wait looks at the process every tick_ms.
+  // Notes `pid` as `m`'s process, with a pidfd to wait on where the system has one (Linux 5.3;
+  // without one, collect looks at the process every tick_ms), and makes its report pipe
+  // non-blocking: collect reads what it holds, never waits on it.
   static void watch(Member& m, pid_t pid) {
     m.pid = pid;
     m.pid_fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -507,7 +511,8 @@ class Launch {
       char buf[4096];
       const ssize_t n = read(m.report_fd, buf, sizeof buf);
       if (n > 0) {
-        m.report.append(buf, static_cast<std::size_t>(n));
+        const std::size_t room = report_bytes_max - std::min(m.report.size(), report_bytes_max);
+        m.report.append(buf, std::min(static_cast<std::size_t>(n), room));
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else if (n < 0 && errno == EAGAIN) {
