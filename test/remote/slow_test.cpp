@@ -1,6 +1,6 @@
 // The liveness rules with their real constants: 10 s of silence, a 10 s handshake deadline, 10 s
-// without send progress. Slow by nature (about 40 s in all), so in the `slow` suite, which CI runs
-// too.
+// without send progress, and rig run's 11 s for an agent after the controller's end. Slow by nature
+// (about 65 s in all), so in the `slow` suite, which CI runs too.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -12,6 +12,7 @@
 
 #include "rig/remote.hpp"
 #include "support/job_fixtures.hpp"
+#include "support/rig_run.hpp"
 #include "support/wire_peer.hpp"
 
 using namespace std::chrono_literals;
@@ -67,4 +68,28 @@ TEST_CASE("a peer that stops reading while the controller sends: the cause withi
   // machine's wake-ups.
   CHECK(stall.detected_s <= stall.last_byte_s + 10.0 + 1.0);
   CHECK(stall.queued_bytes > 0);
+}
+
+TEST_CASE("rig run: an agent that goes silent is stopped 11 s after the controller ends") {
+  rig::test::RigRun run("slow-agent-silent", 2, {}, {rig::test::env("RIG_TEST_LAUNCHED")});
+  REQUIRE(run.p->line() == "started");
+  const auto agents = run.agent_pids();
+  REQUIRE(agents.size() == 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(agents[0], SIGSTOP);
+  // 10 s of silence fail the job; the controller's close drains for at most 10 s; agent0, still
+  // running 11 s after the controller's end, gets SIGTERM, which a stopped process does not act
+  // on, and SIGKILL 2 s later. Then 1 s of margin.
+  const double earliest_s = 10.0 + 11.0 + 2.0;
+  const double bound_s = earliest_s + 10.0 + 1.0;
+  const auto [out, ended] = run.end_within(bound_s);
+  const double elapsed = rig::test::seconds_since(t0);
+  CHECK_MESSAGE(ended, "rig run still running " << bound_s << " s after the SIGSTOP");
+  CHECK(elapsed >= earliest_s);
+  CHECK(elapsed < bound_s);
+  rig::test::check_agent0_failed_the_job(
+      out, "stopped, still running 11 s after the controller ended (killed 2 s after SIGTERM)",
+      "agent0: sent nothing for 10 s");
+  if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
+  CHECK(run.agents_left().empty());
 }

@@ -61,13 +61,18 @@ bool JobEnd::succeeded() const {
   return started && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
 }
 
-std::string JobEnd::describe() const {
-  if (!started) return start_error;
+std::string wait_status_text(int wait_status) {
   if (WIFEXITED(wait_status))
     return "exited with status " + std::to_string(WEXITSTATUS(wait_status));
-  if (WIFSIGNALED(wait_status))
-    return "was killed by signal " + std::to_string(WTERMSIG(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    const int sig = WTERMSIG(wait_status);
+    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
   return "ended with wait status " + std::to_string(wait_status);
+}
+
+std::string JobEnd::describe() const {
+  return started ? wait_status_text(wait_status) : start_error;
 }
 
 namespace {

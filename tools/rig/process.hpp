@@ -68,6 +68,10 @@ struct Job {
   std::string log_path;
 };
 
+// How a process ended, from its wait status: "exited with status 1", "was killed by signal 9
+// (Killed)".
+std::string wait_status_text(int wait_status);
+
 // How a job ended.
 struct JobEnd {
   bool started = false;
@@ -75,7 +79,7 @@ struct JobEnd {
   int wait_status = 0;      // as waitpid reports it, when started
 
   bool succeeded() const;
-  // "exited with status 1", "was killed by signal 9", or the start error.
+  // wait_status_text's, or the start error.
   std::string describe() const;
 };
 

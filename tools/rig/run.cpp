@@ -3,15 +3,21 @@
 // Starts N agents (rigd --once) on loopback with a fresh key, then PROGRAM as the job's controller
 // with RIG_REMOTE_AGENTS, RIG_REMOTE_KEY and RIG_REMOTE_REPORT; reads every process's report line,
 // prints each process's end and the job's outcome with its root cause, and exits 0 only if the job
-// closed in order and the controller exited 0.
+// closed in order and the controller exited 0. It waits on its processes' exits, each wait bounded
+// (Launch::collect): a controller that ends before the job starts, an agent that dies or goes
+// silent, a leftover process holding a report pipe open, none of them keeps it waiting.
+//
+// --test-timing-divisor N (for tests) divides rig run's bounds, and rigd's liveness times, by N.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sodium.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +25,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -26,17 +33,27 @@
 #include "commands.hpp"
 #include "process.hpp"
 #include "remote/io/address.hpp"
+#include "remote/io/timing.hpp"
 
 namespace {
 
 using rig::cli::exit_failure;
 using rig::cli::exit_ok;
 using rig::cli::exit_usage;
+using Clock = std::chrono::steady_clock;
 
 constexpr int agents_max = 64;
 // An agent that has not printed its listening line by then did not start.
 constexpr int agent_start_timeout_ms = 10'000;
+// Without a pidfd to wait on, how often rig run looks whether a process has ended.
+constexpr int tick_ms = 100;
+constexpr std::string_view failed_prefix = "failed ";  // a report's end line of a failed job
+// What rig run keeps of a report: its two lines, with a reason of up to 16 KiB (reason_bytes_max),
+// fit; a process that writes more is cut there, not kept in memory without a bound.
+constexpr std::size_t report_bytes_max = 64 * 1024;
 constexpr std::size_t key_bytes = 32;  // 64 hexadecimal characters in RIG_REMOTE_KEY
+// --test-timing-divisor's largest value: 10 s become 10 ms.
+constexpr int timing_divisor_max = 1000;
 
 const char* const usage_text =
     "usage: rig run --local N [--kinds CPU,SIM,CUDA] [--rigd PATH] -- PROGRAM [ARGS...]\n"
@@ -48,17 +65,52 @@ int usage(const std::string& why) {
   return exit_usage;
 }
 
+// The complete lines of `text`, without their newlines.
+std::vector<std::string_view> lines_of(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (std::size_t nl; (nl = text.find('\n')) != std::string_view::npos;
+       text.remove_prefix(nl + 1)) {
+    lines.push_back(text.substr(0, nl));
+  }
+  return lines;
+}
+
+// Why rig run stopped a process of the job itself.
+enum class Stop {
+  none,
+  job_not_started,      // an agent, once the controller had ended before the job started
+  outlived_controller,  // an agent still running the bound after the controller's end
+  interrupted,          // a second Ctrl-C or SIGTERM of rig run
+};
+
 // One process of the job, as the launcher sees it.
 struct Member {
   std::string name;
   pid_t pid = -1;
-  int report_fd = -1;       // read end of its report pipe
+  int pid_fd = -1;          // readable once the process has ended; -1 where the system gives none
+  int report_fd = -1;       // read end of its report pipe (non-blocking), until EOF or its exit
   int out_fd = -1;          // an agent's stdout, for its listening line
   std::string out_pending;  // what was read from out_fd past its listening line
   std::string report;       // what it reported
-  bool report_done = false;
-  int status = 0;
   bool reaped = false;
+  int status = 0;                // its wait status, once reaped
+  Clock::time_point ended;       // when it was reaped
+  std::string wait_error;        // why waitpid failed, if it did
+  Stop stop = Stop::none;        // set when rig run sent it SIGTERM (or SIGKILL)
+  Clock::time_point stopped_at;  // when rig run sent it SIGTERM
+  bool killed = false;           // rig run sent it SIGKILL
+
+  // Whether a "started" line came.
+  bool started() const {
+    return std::ranges::any_of(lines_of(report), [](std::string_view l) { return l == "started"; });
+  }
+  // Its end line ("closed" or "failed WHY"), or nothing.
+  std::optional<std::string> end_line() const {
+    for (std::string_view l : lines_of(report)) {
+      if (l == "closed" || l.starts_with(failed_prefix)) return std::string(l);
+    }
+    return std::nullopt;
+  }
 };
 
 // Spawns argv (looked up in PATH) with `env` set in its environment, the write end `report_w` of
@@ -95,16 +147,38 @@ std::string rigd_path(const std::optional<std::string>& given) {
   return "rigd";  // from PATH
 }
 
-std::atomic<int> interrupt_signal{0};
-void on_interrupt(int sig) {
-  interrupt_signal.store(sig);
+// How many Ctrl-Cs (SIGINT) or SIGTERMs rig run has had while it waits on the job.
+std::atomic<int> interrupt_count{0};
+void on_interrupt(int) {
+  interrupt_count.fetch_add(1);
 }
+
+// How long rig run gives the job's processes (DESIGN.md "Launching": it never waits on a process
+// that is gone, nor forever on one that says nothing): the real constants, or for tests divided
+// by --test-timing-divisor, which rig run passes on to rigd too.
+struct Bounds {
+  // Once the controller has ended after the job started, how long an agent may take to end on
+  // its own before it gets SIGTERM: the drain of a failed job's connections (10 s) and a second
+  // for the tick and the process's exit.
+  std::int64_t agent_end_ms;
+  // How long a process that got SIGTERM has to exit before SIGKILL. rigd's break ends serve
+  // within 200 ms; only a stopped or wedged process needs the SIGKILL.
+  std::int64_t stop_ms;
+
+  static Bounds scaled_down(int divisor) {
+    constexpr std::int64_t exit_grace_ms = 1'000;
+    constexpr std::int64_t stop_timeout_ms = 2'000;
+    const auto drain_ms = rig::remote::Timing{}.scaled_down(divisor).drain_timeout_ms;
+    return {drain_ms + exit_grace_ms / divisor, stop_timeout_ms / divisor};
+  }
+};
 
 // What the command line asks for.
 struct RunOptions {
   int local = 0;
   std::string kinds = "CPU,SIM";
   std::optional<std::string> rigd;
+  int timing_divisor = 1;  // test-only: scales rig run's bounds and rigd's liveness times down
   std::vector<std::string> program;
 };
 
@@ -136,6 +210,15 @@ std::variant<RunOptions, int> parse_options(std::span<char*> args) {
     } else if (a == "--rigd") {
       o.rigd = value();
       if (!o.rigd) return usage("--rigd needs a path");
+    } else if (a == "--test-timing-divisor") {
+      auto v = value();
+      char* end = nullptr;
+      const long n = v ? std::strtol(v->c_str(), &end, 10) : 0;
+      if (!v || *end != '\0' || n < 1 || n > timing_divisor_max) {
+        return usage("--test-timing-divisor takes a number from 1 to " +
+                     std::to_string(timing_divisor_max));
+      }
+      o.timing_divisor = static_cast<int>(n);
     } else if (a == "-h" || a == "--help") {
       std::fputs(usage_text, stdout);
       return exit_ok;
@@ -184,13 +267,21 @@ class JobKey {
 // agents. Owner: cmd_run. Threads: its one.
 class Launch {
  public:
-  explicit Launch(std::string rigd) : rigd_(std::move(rigd)) {}
+  Launch(std::string rigd, int timing_divisor)
+      : rigd_(std::move(rigd)),
+        timing_divisor_(timing_divisor),
+        bounds_(Bounds::scaled_down(timing_divisor)) {}
 
   // Starts `count` agents, each on loopback, port 0, and waits for each one's listening line;
   // RIG_REMOTE_AGENTS' text for them, or an Error (every process started is stopped).
   rig::Result<std::string> start_agents(int count, const std::string& kinds,
                                         const std::string& key_file) {
     std::string agents_env;
+    std::vector<std::string> argv = {rigd_,         "--key",   key_file, "--listen",
+                                     "127.0.0.1:0", "--kinds", kinds,    "--once"};
+    if (timing_divisor_ > 1) {
+      argv.insert(argv.end(), {"--test-timing-divisor", std::to_string(timing_divisor_)});
+    }
     for (int i = 0; i < count; ++i) {
       Member m;
       m.name = "agent" + std::to_string(i);
@@ -200,8 +291,7 @@ class Launch {
         return rig::Error(std::string("pipe: ") + std::strerror(errno));
       }
       const auto pid =
-          spawn({rigd_, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", kinds, "--once"},
-                {"RIG_REMOTE_REPORT=" + std::to_string(report[1])}, report[1], out[1]);
+          spawn(argv, {"RIG_REMOTE_REPORT=" + std::to_string(report[1])}, report[1], out[1]);
       close(report[1]);
       close(out[1]);
       m.report_fd = report[0];
@@ -210,7 +300,7 @@ class Launch {
         stop_all(SIGKILL);
         return rig::Error(m.name + " could not start: " + pid.error());
       }
-      m.pid = *pid;
+      watch(m, *pid);
       members_.push_back(m);
       Member& added = members_.back();
       const auto line =
@@ -247,96 +337,262 @@ class Launch {
     close(report[1]);
     c.report_fd = report[0];
     if (!pid) {
-      stop_all(SIGTERM);
-      reap_all();
+      close(c.report_fd);
+      stop_and_reap();
       return rig::Error(pid.error());
     }
-    c.pid = *pid;
+    watch(c, *pid);
     members_.insert(members_.begin(), c);
     return rig::Unit{};
   }
 
-  // Reads every report until its pipe closes (a Ctrl-C or SIGTERM of this launcher is passed on
-  // as SIGINT, once), then reaps every process.
+  // Reads every report and waits for every process to end, each wait bounded (bounds_). Once the
+  // controller has ended, the agents get SIGTERM: at once if it never reported "started" (no job
+  // holds them, so they would listen for ever), else those still running agent_end_ms after its
+  // end. A process that got SIGTERM and has not ended stop_ms later gets SIGKILL. A Ctrl-C or
+  // SIGTERM of rig run is passed on to every process as SIGINT; a second one kills them all. A
+  // process is done once it is reaped: a pipe that something it left behind holds open is not
+  // waited on.
   void collect() {
-    bool passed_on = false;
+    // SIGINT and SIGTERM get through only inside ppoll, so that one that comes after the look at
+    // interrupt_count still ends the wait.
+    sigset_t held, open_mask;
+    sigemptyset(&held);
+    sigaddset(&held, SIGINT);
+    sigaddset(&held, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &held, &open_mask);
     for (;;) {
-      std::vector<pollfd> fds;
-      std::vector<Member*> who;
-      for (Member& m : members_) {
-        if (!m.report_done) {
-          fds.push_back({m.report_fd, POLLIN, 0});
-          who.push_back(&m);
-        }
-      }
-      if (fds.empty()) break;
-      if (interrupt_signal.load() != 0 && !passed_on) {
-        passed_on = true;
-        stop_all(SIGINT);
-      }
-      if (poll(fds.data(), fds.size(), 200) <= 0) continue;
-      for (std::size_t k = 0; k < fds.size(); ++k) {
-        if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-        char buf[4096];
-        const ssize_t n = read(fds[k].fd, buf, sizeof buf);
-        if (n <= 0) {
-          who[k]->report_done = true;
-          close(fds[k].fd);
-        } else {
-          who[k]->report.append(buf, static_cast<std::size_t>(n));
-        }
-      }
+      reap_ended();
+      if (std::ranges::all_of(members_, &Member::reaped)) break;
+      pass_on_interrupts();
+      apply_bounds();
+      wait_for_events(open_mask);
     }
-    reap_all();
+    pthread_sigmask(SIG_SETMASK, &open_mask, nullptr);
   }
 
-  // Prints each process's end (the last line of its report; the controller's first is
-  // "started") and the job's outcome; the exit status: 0 only if the job closed in order and the
-  // controller exited 0.
+  // Prints each process's end and the job's outcome with its root cause; the exit status: 0 only
+  // if the job closed in order and the controller exited 0.
   int outcome() const {
-    std::optional<std::string> root;
-    bool closed = true;
-    for (const Member& m : members_) {
-      std::string end = m.report;
-      while (!end.empty() && end.back() == '\n') end.pop_back();
-      const auto nl = end.rfind('\n');
-      if (nl != std::string::npos) end = end.substr(nl + 1);
-      if (end.empty() || end == "started") {
-        end = WIFSIGNALED(m.status)
-                  ? "ended by signal " + std::to_string(WTERMSIG(m.status))
-                  : "exited with status " + std::to_string(WEXITSTATUS(m.status)) +
-                        " without reporting the job's end";
-        closed = false;
-        if (!root) root = m.name + " " + end;
-      } else if (end.rfind("failed ", 0) == 0) {
-        closed = false;
-        if (!root || m.name == "controller") root = end.substr(std::strlen("failed "));
-      }
-      std::printf("rig run: %-10s %s\n", m.name.c_str(), end.c_str());
-    }
     const Member& controller = members_.front();
+    // The root cause: the first process's that did not close in order, the controller first (the
+    // agents' ends follow from its).
+    std::optional<std::string> root;
+    for (const Member& m : members_) {
+      const auto line = m.end_line();
+      const std::string end = end_text(m);
+      std::printf("rig run: %-10s %s\n", m.name.c_str(), end.c_str());
+      if (root || (line == "closed" && m.stop == Stop::none)) continue;
+      if (line && line->starts_with(failed_prefix)) {
+        root = line->substr(failed_prefix.size());
+      } else if (m.stop == Stop::interrupted) {
+        root = "rig run was interrupted twice";
+      } else {
+        root = (&m == &controller ? "the controller " : m.name + " ") + end;
+      }
+    }
+    const bool closed = !root;
     const bool controller_ok = WIFEXITED(controller.status) && WEXITSTATUS(controller.status) == 0;
     if (closed && controller_ok) {
       std::printf("rig run: the job closed\n");
       return exit_ok;
     }
     if (closed) {
-      std::printf(
-          "rig run: the job closed, but the controller %s\n",
-          WIFSIGNALED(controller.status)
-              ? ("ended by signal " + std::to_string(WTERMSIG(controller.status))).c_str()
-              : ("exited with status " + std::to_string(WEXITSTATUS(controller.status))).c_str());
+      std::printf("rig run: the job closed, but the controller %s\n",
+                  rig::cli::wait_status_text(controller.status).c_str());
       return exit_failure;
     }
-    std::printf("rig run: the job failed: %s\n", root ? root->c_str() : "no process said why");
+    std::printf("rig run: the job failed: %s\n", root->c_str());
     return exit_failure;
   }
 
  private:
+  // A first Ctrl-C or SIGTERM since the last look goes on to every process as SIGINT; a second
+  // kills them all.
+  void pass_on_interrupts() {
+    const int interrupts = interrupt_count.load();
+    if (interrupts == interrupts_seen_) return;
+    if (interrupts_seen_ == 0) stop_all(SIGINT);
+    if (interrupts >= 2) kill_all(Stop::interrupted);
+    interrupts_seen_ = interrupts;
+  }
+
+  // Sends the signals that collect's bounds call for now, and asks to be woken for the next.
+  void apply_bounds() {
+    const Member& controller = members_.front();
+    if (!agents_stopped_ && controller.reaped) {
+      const bool started = controller.started();
+      const auto due =
+          controller.ended + std::chrono::milliseconds(started ? bounds_.agent_end_ms : 0);
+      if (Clock::now() >= due) {
+        agents_stopped_ = true;
+        for (std::size_t i = 1; i < members_.size(); ++i) {
+          terminate(members_[i], started ? Stop::outlived_controller : Stop::job_not_started);
+        }
+      } else {
+        wake_by(due);
+      }
+    }
+    for (Member& m : members_) {
+      if (m.reaped || m.stop == Stop::none || m.killed) continue;
+      const auto due = m.stopped_at + std::chrono::milliseconds(bounds_.stop_ms);
+      if (Clock::now() >= due) {
+        kill(m.pid, SIGKILL);
+        m.killed = true;
+      } else {
+        wake_by(due);
+      }
+    }
+  }
+
+  // Notes `pid` as `m`'s process, with a pidfd to wait on where the system has one (Linux 5.3;
+  // without one, collect looks at the process every tick_ms), and makes its report pipe
+  // non-blocking: collect reads what it holds, never waits on it.
+  static void watch(Member& m, pid_t pid) {
+    m.pid = pid;
+    m.pid_fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    fcntl(m.report_fd, F_SETFL, fcntl(m.report_fd, F_GETFL) | O_NONBLOCK);
+  }
+
+  // What ended `m`, as printed after its name: its end line, what rig run did to it, or how its
+  // process ended without an end line.
+  std::string end_text(const Member& m) const {
+    std::string stop;
+    auto seconds = [](std::int64_t ms) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g s", static_cast<double>(ms) / 1000);
+      return std::string(text);
+    };
+    switch (m.stop) {
+      case Stop::none:
+        break;
+      case Stop::job_not_started:
+        stop = "stopped, as the job did not start";
+        break;
+      case Stop::outlived_controller:
+        stop = "stopped, still running " + seconds(bounds_.agent_end_ms) +
+               " after the controller ended";
+        break;
+      case Stop::interrupted:
+        stop = "killed, as rig run was interrupted twice";
+        break;
+    }
+    if (m.killed && m.stop != Stop::interrupted) {
+      stop += " (killed " + seconds(bounds_.stop_ms) + " after SIGTERM)";
+    }
+    if (const auto line = m.end_line()) return stop.empty() ? *line : *line + "; " + stop;
+    if (!stop.empty()) return stop;
+    if (!m.wait_error.empty()) return "could not be waited for: " + m.wait_error;
+    const std::string how = rig::cli::wait_status_text(m.status);
+    if (&m == &members_.front() && !m.started()) return how + " before the job started";
+    return how + " without reporting the job's end";
+  }
+
+  // Takes the end of every process that has ended, and what is left on its report pipe.
+  void reap_ended() {
+    for (Member& m : members_) {
+      if (m.reaped) continue;
+      const pid_t got = waitpid(m.pid, &m.status, WNOHANG);
+      if (got == 0 || (got < 0 && errno == EINTR)) continue;
+      if (got < 0) m.wait_error = std::strerror(errno);  // not with SIGCHLD at its default
+      m.reaped = true;
+      m.ended = Clock::now();
+      read_report(m);  // what it wrote before it ended is in the pipe now
+      for (int* fd : {&m.report_fd, &m.pid_fd, &m.out_fd}) {
+        if (*fd >= 0) close(*fd);
+        *fd = -1;
+      }
+    }
+  }
+
+  // Reads what `m`'s report pipe holds now, without waiting; closes it at its end.
+  static void read_report(Member& m) {
+    while (m.report_fd >= 0) {
+      char buf[4096];
+      const ssize_t n = read(m.report_fd, buf, sizeof buf);
+      if (n > 0) {
+        const std::size_t room = report_bytes_max - std::min(m.report.size(), report_bytes_max);
+        m.report.append(buf, std::min(static_cast<std::size_t>(n), room));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && errno == EAGAIN) {
+        return;
+      } else {
+        close(m.report_fd);
+        m.report_fd = -1;
+      }
+    }
+  }
+
+  // Waits until a process ends, a report pipe has something, an interrupt comes or wake_by's
+  // time; reads the reports that have something.
+  void wait_for_events(const sigset_t& open_mask) {
+    std::vector<pollfd> fds;
+    std::vector<Member*> reports;
+    bool unwatched = false;
+    for (Member& m : members_) {
+      if (m.reaped) continue;
+      if (m.pid_fd >= 0) fds.push_back({m.pid_fd, POLLIN, 0});
+      unwatched = unwatched || m.pid_fd < 0;
+      if (m.report_fd >= 0) {
+        fds.push_back({m.report_fd, POLLIN, 0});
+        reports.push_back(&m);
+      }
+    }
+    if (unwatched) wake_by(Clock::now() + std::chrono::milliseconds(tick_ms));
+    timespec timeout{};
+    const timespec* bound = nullptr;  // no time of its own: only an event ends the wait
+    if (wake_at_) {
+      const auto left = std::max(*wake_at_ - Clock::now(), Clock::duration::zero());
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+      timeout = {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+      bound = &timeout;
+      wake_at_.reset();
+    }
+    if (ppoll(fds.data(), fds.size(), bound, &open_mask) <= 0) return;  // a time, or a signal
+    for (Member* m : reports) read_report(*m);
+  }
+  void wake_by(Clock::time_point t) {
+    if (!wake_at_ || t < *wake_at_) wake_at_ = t;
+  }
+
+  // Sends `m` SIGTERM, for `why`, if it is still running and has not had one.
+  void terminate(Member& m, Stop why) {
+    if (m.reaped || m.stop != Stop::none) return;
+    kill(m.pid, SIGTERM);
+    m.stop = why;
+    m.stopped_at = Clock::now();
+  }
+  void kill_all(Stop why) {
+    for (Member& m : members_) {
+      if (m.reaped || m.killed) continue;
+      kill(m.pid, SIGKILL);
+      m.killed = true;
+      if (m.stop == Stop::none) m.stop = why;
+    }
+  }
   void stop_all(int sig) {
     for (Member& m : members_) {
       if (m.pid > 0 && !m.reaped) kill(m.pid, sig);
     }
+  }
+  // Stops every process still running, SIGKILL after stop_ms for one that does not end, and
+  // reaps them: the way out when the job cannot start.
+  void stop_and_reap() {
+    stop_all(SIGTERM);
+    const auto until = Clock::now() + std::chrono::milliseconds(bounds_.stop_ms);
+    for (Member& m : members_) {
+      if (m.reaped || m.pid <= 0) continue;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (const auto status = rig::child::wait_for(
+              m.pid, static_cast<int>(std::max<std::int64_t>(left.count(), 0)))) {
+        m.status = *status;
+        m.reaped = true;
+      } else {
+        kill(m.pid, SIGKILL);
+      }
+    }
+    reap_all();
   }
   void reap_all() {
     for (Member& m : members_) {
@@ -349,7 +605,12 @@ class Launch {
   }
 
   const std::string rigd_;
+  const int timing_divisor_;
+  const Bounds bounds_;
   std::vector<Member> members_;
+  std::optional<Clock::time_point> wake_at_;  // the next time collect must look, if any
+  int interrupts_seen_ = 0;                   // of interrupt_count, passed on already
+  bool agents_stopped_ = false;               // collect has sent the agents SIGTERM
 };
 
 }  // namespace
@@ -378,8 +639,13 @@ int cmd_run(std::span<char*> args) {
   }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  // The processes' ends must be ours to take: with an inherited SIG_IGN the kernel reaps them.
+  struct sigaction chld {};
+  chld.sa_handler = SIG_DFL;
+  sigemptyset(&chld.sa_mask);
+  sigaction(SIGCHLD, &chld, nullptr);
 
-  Launch launch(rigd_path(o.rigd));
+  Launch launch(rigd_path(o.rigd), o.timing_divisor);
   auto agents_env = launch.start_agents(o.local, o.kinds, key_file);
   if (!agents_env) {
     std::fprintf(stderr, "rig run: %s\n", agents_env.error().c_str());
