@@ -364,11 +364,17 @@ TEST_CASE("launched() with malformed variables reports the failure on the descri
   const ssize_t n = ::read(p[0], buf, sizeof buf);
   ::close(p[0]);
   CHECK(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0) == "failed " + why + "\n");
-  // A report descriptor that is not open: an Error, and nothing written anywhere.
+  // A report descriptor that is not open: an Error, nothing written anywhere, and the agents and
+  // the key gone from the environment all the same.
   setenv("RIG_REMOTE_REPORT", "987", 1);
+  setenv("RIG_REMOTE_AGENTS", "a=127.0.0.1:9", 1);
+  setenv("RIG_REMOTE_KEY", std::string(64, 'a').c_str(), 1);
   auto closed = rig::remote::launched();
   REQUIRE(closed.has_value());
   CHECK(closed->error() == "RIG_REMOTE_REPORT=987 names no open descriptor");
+  CHECK(std::getenv("RIG_REMOTE_REPORT") == nullptr);
+  CHECK(std::getenv("RIG_REMOTE_AGENTS") == nullptr);
+  CHECK(std::getenv("RIG_REMOTE_KEY") == nullptr);
 }
 
 TEST_CASE("rig run with an agent that cannot start says so and fails") {

@@ -77,11 +77,13 @@ std::optional<Result<Job>> launched() {
   static bool called = false;
   auto report = take_report_descriptor();
   if (!report) return std::nullopt;
+  // All three variables leave the environment whatever follows, the key above all: a program the
+  // process runs later must not inherit it.
+  const auto agents_text = take_env("RIG_REMOTE_AGENTS");
+  const auto key_text = take_env("RIG_REMOTE_KEY");
   if (!*report) return Result<Job>(Error(report->error()));
   const int fd = **report;
   const pid_t me = getpid();
-  const auto agents_text = take_env("RIG_REMOTE_AGENTS");
-  const auto key_text = take_env("RIG_REMOTE_KEY");
   const auto refuse = [&](const std::string& why) {
     write_report_line(fd, me, "failed " + why);
     return Result<Job>(Error(why));
