@@ -12,6 +12,7 @@
 #include <numeric>
 #include <thread>
 
+#include "core/device.hpp"
 #include "rig/program.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
@@ -528,4 +529,51 @@ TEST_CASE("a program loaded on a remote host runs there as host code on the host
   CHECK_NOTHROW(rig::copy(other, 0, there, 0, 0));
   CHECK_FALSE(job.failed());
   job.close();
+}
+
+TEST_CASE("a proxy lost here other than by a close fails the job within a second, with its cause") {
+  const std::string key_file = rig::test::make_key_file("proxy-lost-here");
+  Rigd a(key_file);
+  auto job = start(key_file, {&a});
+  const rig::Device sim = sims(job, 0).front();
+  const auto t0 = std::chrono::steady_clock::now();
+  // What rig::fail does to each device of the process, here to one proxy only.
+  sim.core()->lose("lost for the test");
+  const auto cause = rig::test::wait_for_failure(job, t0, 5);
+  const double detected = rig::test::seconds_since(t0);
+  REQUIRE(cause.has_value());
+  CHECK(*cause == "lost for the test");
+  CHECK(detected < 1.0);
+  // Every other host and proxy of the job goes with it; the agent hears the cause.
+  CHECK(rig::failure(job.hosts()[0]) == cause);
+  CHECK(a.job_end(1).value_or("").find("failed controller aborted: lost for the test") !=
+        std::string::npos);
+  job.close();
+}
+
+TEST_CASE("the loss of a device of the controller's own leaves the job alone") {
+  const std::string key_file = rig::test::make_key_file("own-device-lost");
+  Rigd a(key_file);
+  auto job = start(key_file, {&a});
+  const auto own = rig::open(rig::Kind::sim);
+  REQUIRE_FALSE(own.empty());
+  const rig::Device local = own.front();
+  local.core()->lose("the controller's own SIM:0 is gone");
+  // Longer than the tick and the one second the spec allows for noticing a loss of the job's own.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  CHECK_FALSE(job.failed().has_value());
+  const rig::Device host = job.hosts()[0];
+  host.wait(rig::submit(host, std::span<const rig::Part>{}));
+  const rig::Device sim = sims(job, 0).front();
+  const auto bytes = pattern(4096, 7);
+  std::vector<std::uint8_t> back(bytes.size());
+  const rig::Buffer there = rig::Buffer::make(sim, bytes.size());
+  rig::copy(there, 0, rig::Buffer::borrow(const_cast<std::uint8_t*>(bytes.data()), bytes.size()), 0,
+            bytes.size());
+  rig::copy(rig::Buffer::borrow(back.data(), back.size()), 0, there, 0, back.size()).wait();
+  CHECK(back == bytes);
+  CHECK_FALSE(job.failed().has_value());
+  job.close();
+  CHECK(a.job_end(1).value_or("").find("closed") != std::string::npos);
+  for (const rig::Device& d : own) rig::close(d);
 }
