@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -21,6 +23,7 @@
 #include "support/kernels.hpp"
 
 using rig::test::Rigd;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -576,4 +579,71 @@ TEST_CASE("the loss of a device of the controller's own leaves the job alone") {
   job.close();
   CHECK(a.job_end(1).value_or("").find("closed") != std::string::npos);
   for (const rig::Device& d : own) rig::close(d);
+}
+
+namespace {
+
+// What on_job_alarm sees and counts. It calls Job::failed, which takes the job's outcome lock and
+// allocates nothing while the job has not failed.
+std::atomic<const rig::remote::Job*> signal_job{nullptr};
+std::atomic<long> job_alarms{0};
+std::atomic<long> job_alarm_wrong{0};
+
+void on_job_alarm(int) {
+  job_alarms.fetch_add(1, std::memory_order_relaxed);
+  const rig::remote::Job* job = signal_job.load();
+  if (job == nullptr) return;
+  try {
+    if (job->failed().has_value()) job_alarm_wrong.fetch_add(1, std::memory_order_relaxed);
+  } catch (...) {
+    job_alarm_wrong.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a signal handler's job calls that interrupt the job's calls never deadlock") {
+  const std::string key_file = rig::test::make_key_file("job-calls-signal");
+  const auto key = rig::test::load_key(key_file);
+  Rigd a(key_file);
+  auto job = start(key_file, {&a});
+  const rig::Device host = job.hosts()[0];
+  signal_job = &job;
+  // A deadlock would hold this thread for ever: the watchdog makes it a failure instead.
+  std::atomic<bool> done{false};
+  std::thread watchdog([&done] {
+    for (int i = 0; i < 300 && !done.load(); ++i) std::this_thread::sleep_for(100ms);
+    if (!done.load()) {
+      std::fputs("a job call deadlocked under a signal handler's call\n", stderr);
+      std::_Exit(1);
+    }
+  });
+  constexpr int rounds = sanitized ? 50'000 : 200'000;
+  int opened = 0;
+  int refused = 0;
+  {
+    const rig::test::ThreadAlarm alarm(on_job_alarm, 20'000);
+    for (int i = 0; i < rounds; ++i) {
+      (void)job.failed();
+      if (i % 256 == 0 && rig::remote::devices(host, "SIM").ok()) ++opened;
+      if (i % 4096 == 0) {
+        try {
+          (void)rig::remote::connect(key, {a.address()});
+        } catch (const std::invalid_argument&) {
+          ++refused;  // a job is open
+        }
+      }
+    }
+    // The handler also runs in close's wait for the agent, and finds the job closing, not failed.
+    job.close();
+  }
+  signal_job = nullptr;
+  done = true;
+  watchdog.join();
+  MESSAGE(job_alarms.load() << " alarms");
+  CHECK(job_alarms.load() >= (sanitized ? 100 : 1000));
+  CHECK(job_alarm_wrong.load() == 0);
+  CHECK(opened == (rounds + 255) / 256);
+  CHECK(refused == (rounds + 4095) / 4096);
+  CHECK(a.job_end(1).value_or("").find("closed") != std::string::npos);
 }

@@ -90,13 +90,18 @@ const std::vector<Device>& Job::hosts() const {
 
 std::optional<std::string> Job::failed() const {
   if (!s_) return std::nullopt;
+  // Every call here blocks signals while it holds a lock (core/signals.hpp): a handler that calls
+  // rig runs only in a wait, where the thread holds none of the job's locks.
+  const rig::detail::SignalsBlocked blocked;
   if (s_->closed.load()) return std::nullopt;
   if (s_->pid != getpid()) return forked_cause;  // any process but the one that connected
   return s_->cause();
 }
 
-// Waits for `event`, coming back every break_poll_ms to honour a requested break.
+// Waits for `event`, coming back every break_poll_ms to honour a requested break. Signal handlers
+// may run meanwhile.
 static void wait_breakable(const Event& event) {
+  const rig::detail::SignalsOpen waiting;
   while (!event.wait_for_ms(break_poll_ms)) {
     if (break_requested()) {
       clear_break();
@@ -107,6 +112,7 @@ static void wait_breakable(const Event& event) {
 
 void Job::close() {
   if (!s_) throw std::invalid_argument("rig: close() of an empty Job handle");
+  const rig::detail::SignalsBlocked blocked;
   if (s_->closed.load()) return;
   if (s_->in_child.load(std::memory_order_acquire) || s_->pid != getpid()) {
     s_->closed = true;
@@ -168,6 +174,7 @@ void close_at_exit() {
 
 Result<Job> connect_named(const Key& key, std::vector<Member> members, const Timing& timing,
                           int report_fd, Naming naming) {
+  const rig::detail::SignalsBlocked blocked;
   // The runtime starts first: it reads its tunables then, and a bad one raises here, before this
   // job is the process's open one (which the exit would close).
   Runtime& rt = Runtime::get();
@@ -242,13 +249,17 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
     unregister();
     throw;
   }
-  // Started, or failed and every connection closed.
+  // Started, or failed and every connection closed. Signal handlers may run in these waits.
   while (!state->started.is_set() && !state->finished.is_set()) {
+    const rig::detail::SignalsOpen waiting;
     state->started.wait_for_ms(break_poll_ms);
     if (state->outcome->cause()) break;
   }
   if (auto cause = state->outcome->cause()) {
-    state->finished.wait_for_ms(timing.drain_timeout_ms + 2 * timing.tick_ms);
+    {
+      const rig::detail::SignalsOpen waiting;
+      state->finished.wait_for_ms(timing.drain_timeout_ms + 2 * timing.tick_ms);
+    }
     unregister();
     return Error(*cause);
   }
@@ -295,6 +306,7 @@ Result<std::vector<Device>> devices(const Device& host, const std::string& kind)
 }
 
 Result<Job> connect(const Key& key, const std::vector<Address>& agents) {
+  const rig::detail::SignalsBlocked blocked;
   if (agents.empty()) throw std::invalid_argument("rig: connect: no agents");
   std::set<Address> seen;
   for (const Address& a : agents) {

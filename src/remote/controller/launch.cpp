@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/signals.hpp"
 #include "remote/controller/controller.hpp"
 #include "remote/controller/launch.hpp"
 #include "remote/io/address.hpp"
@@ -73,6 +74,7 @@ Result<Key> parse_launcher_key(const std::string& text) {
 }
 
 std::optional<Result<Job>> launched() {
+  const rig::detail::SignalsBlocked blocked;  // it takes locks: a handler runs only in its waits
   static std::mutex mu;
   static bool called = false;
   auto report = take_report_descriptor();
