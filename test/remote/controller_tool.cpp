@@ -23,6 +23,10 @@
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
 
+namespace {
+std::vector<std::uint8_t>* copy_source = nullptr;
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: rig-test-controller KEY_FILE [--hold-ms N] HOST:PORT...\n");
@@ -80,8 +84,10 @@ int main(int argc, char** argv) {
   }
   std::printf("started\n");
   std::fflush(stdout);
-  // Never freed: the copy may still be sending from it while the exit waits for the job.
-  auto* source = new std::vector<std::uint8_t>(static_cast<std::size_t>(copy_mib) << 20, 0x5A);
+  // Never freed (held by a global, so leak checkers see it reachable): the copy may still be
+  // sending from it while the exit waits for the job.
+  copy_source = new std::vector<std::uint8_t>(static_cast<std::size_t>(copy_mib) << 20, 0x5A);
+  std::vector<std::uint8_t>* const source = copy_source;
   std::optional<rig::Buffer> there;
   if (copy_mib > 0) {
     there = rig::Buffer::make(job->hosts().back(), source->size());

@@ -436,6 +436,9 @@ TEST_CASE(
   fake.join();
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+  if (status != 0) {
+    while (auto l = controller.err_line(100)) MESSAGE("the controller's stderr: " << *l);
+  }
   const std::string why =
       "127.0.0.1:" + std::to_string(agent.port) + ": malformed message: MADE where REACHED was due";
   CHECK(*failed == "failed: " + why);
@@ -466,6 +469,9 @@ TEST_CASE("a break that ends the exit's close fails the job: its agents hear 'in
   fake.join();
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+  if (status != 0) {
+    while (auto l = controller.err_line(100)) MESSAGE("the controller's stderr: " << *l);
+  }
   CHECK(abort_reason == std::optional<std::string>("interrupted"));
   CHECK(took < 2.0);  // the break's 200 ms, then the agent's prompt end: not the drain's 10 s
 }
