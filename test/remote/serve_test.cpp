@@ -66,6 +66,11 @@ struct TestAgent {
   rig::remote::Address address() const { return {"127.0.0.1", port}; }
 };
 
+// The process's next line of output, within 5 s.
+std::string line_of(Process& p) {
+  return p.line(5000).value_or("(no line within 5 s)");
+}
+
 bool refuses_connections(int port) {
   const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
@@ -89,12 +94,12 @@ TEST_CASE("an opener three times the silence rule: the job goes on, and the agen
   const rig::Device host = job->hosts()[0];
   std::optional<rig::Result<std::vector<rig::Device>>> opened;
   const auto t0 = std::chrono::steady_clock::now();
-  std::thread opener([&] { opened.emplace(rig::remote::devices(host, "SLOW")); });
-  CHECK(a.p.line(5000) == "opening");
+  std::jthread opener([&] { opened.emplace(rig::remote::devices(host, "SLOW")); });
+  CHECK(line_of(a.p) == "opening");
   // Meanwhile the agent answers a second controller's handshake at once.
   const auto second_at = std::chrono::steady_clock::now();
   Process second({env("RIG_TEST_CONTROLLER"), key_file, a.name()});
-  CHECK(second.line(5000) == "error: " + a.name() + ": serves another job");
+  CHECK(line_of(second) == "error: " + a.name() + ": serves another job");
   CHECK(seconds_since(second_at) < 1.0 * sanitizer_slowdown);
   opener.join();
   const double took = seconds_since(t0);
@@ -111,7 +116,7 @@ TEST_CASE("an opener three times the silence rule: the job goes on, and the agen
   REQUIRE(again.ok());
   CHECK(again->front() == d);
   job->close();
-  CHECK(a.p.line(5000) == "closed");
+  CHECK(line_of(a.p) == "closed");
 }
 
 TEST_CASE("a job that fails while an opener runs ends on the agent within the bound") {
@@ -122,18 +127,16 @@ TEST_CASE("a job that fails while an opener runs ends on the agent within the bo
   auto job = rig::remote::connect(load_key(key_file), {a.address(), b.address()});
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
   std::optional<rig::Result<std::vector<rig::Device>>> opened;
-  std::thread opener([&] { opened.emplace(rig::remote::devices(job->hosts()[0], "SLOW")); });
-  CHECK(a.p.line(5000) == "opening");
+  std::jthread opener([&] { opened.emplace(rig::remote::devices(job->hosts()[0], "SLOW")); });
+  CHECK(line_of(a.p) == "opening");
   const auto t0 = std::chrono::steady_clock::now();
   kill(b.job_pid(1), SIGKILL);
-  const auto end = a.p.line(5000);
+  const std::string end = line_of(a.p);
   const double ended = seconds_since(t0);
-  REQUIRE(end.has_value());
   // The controller's abort, or the agent's own loss of its connection to b.
-  const bool either =
-      *end == "error: controller aborted: " + b.name() + ": closed its connection" ||
-      *end == "error: " + b.name() + ": closed its connection";
-  CHECK_MESSAGE(either, *end);
+  const bool either = end == "error: controller aborted: " + b.name() + ": closed its connection" ||
+                      end == "error: " + b.name() + ": closed its connection";
+  CHECK_MESSAGE(either, end);
   // The abort arrives and the connections drain at once: the opener is not waited for.
   CHECK(ended < 1.0 * sanitizer_slowdown);
   opener.join();
@@ -153,11 +156,11 @@ TEST_CASE("Ctrl-C while an opener runs: serve raises Break within the bound") {
   auto job = rig::remote::connect(load_key(key_file), {a.address()});
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
   std::optional<rig::Result<std::vector<rig::Device>>> opened;
-  std::thread opener([&] { opened.emplace(rig::remote::devices(job->hosts()[0], "SLOW")); });
-  CHECK(a.p.line(5000) == "opening");
+  std::jthread opener([&] { opened.emplace(rig::remote::devices(job->hosts()[0], "SLOW")); });
+  CHECK(line_of(a.p) == "opening");
   const auto t0 = std::chrono::steady_clock::now();
   a.p.signal(SIGINT);
-  CHECK(a.p.line(5000) == "interrupted");
+  CHECK(line_of(a.p) == "interrupted");
   CHECK(seconds_since(t0) < 1.0 * sanitizer_slowdown);
   opener.join();
   REQUIRE(opened.has_value());
@@ -177,7 +180,7 @@ TEST_CASE("an opener that throws something not derived from std::exception fails
   auto opened = rig::remote::devices(job->hosts()[0], "THROW");
   REQUIRE_FALSE(opened.ok());
   CHECK(opened.error() == a.name() + " aborted: " + why);
-  CHECK(a.p.line(5000) == "error: " + why);
+  CHECK(line_of(a.p) == "error: " + why);
   CHECK(a.p.wait_for(5000));
   CHECK(WIFEXITED(a.p.wait()));
   job->close();
@@ -190,12 +193,12 @@ TEST_CASE("serve's own steps block signals, its waits and the openers do not") {
   auto job = rig::remote::connect(load_key(key_file), {a.address()});
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
   // serve's log line runs in one of its steps (the controller's proof).
-  CHECK(a.p.line(5000) == "step: SIGUSR1 blocked");
+  CHECK(line_of(a.p) == "step: SIGUSR1 blocked");
   auto opened = rig::remote::devices(job->hosts()[0], "SIGNALS");
   REQUIRE_MESSAGE(opened.ok(), (opened.ok() ? "" : opened.error()));
-  CHECK(a.p.line(5000) == "opener: SIGUSR1 open, handled 1");
+  CHECK(line_of(a.p) == "opener: SIGUSR1 open, handled 1");
   job->close();
-  CHECK(a.p.line(5000) == "closed");
+  CHECK(line_of(a.p) == "closed");
 }
 
 TEST_CASE("an exception that ends one of serve's steps is raised again once it stops listening") {
@@ -204,8 +207,8 @@ TEST_CASE("an exception that ends one of serve's steps is raised again once it s
   auto job = rig::remote::connect(load_key(key_file), {a.address()});
   REQUIRE_FALSE(job.ok());
   CHECK(job.error() == a.name() + " aborted: the log broke");
-  CHECK(a.p.line(5000) == "raised: the log broke");
-  CHECK(a.p.line(5000) == "not listening");
+  CHECK(line_of(a.p) == "raised: the log broke");
+  CHECK(line_of(a.p) == "not listening");
 }
 
 TEST_CASE("serve returns the Error of a report descriptor that is not open, and stops listening") {
