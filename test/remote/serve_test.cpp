@@ -4,7 +4,6 @@
 // (1 s of silence instead of 10 s), as in fault_test.cpp.
 #include <doctest/doctest.h>
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,7 +25,6 @@
 
 using namespace std::chrono_literals;
 using rig::test::env;
-using rig::test::FakeAgent;
 using rig::test::load_key;
 using rig::test::make_key_file;
 using rig::test::Process;
@@ -226,47 +224,11 @@ TEST_CASE("serve returns the Error of a report descriptor that is not open, and 
 TEST_CASE("a join that times out names both machines that did not connect") {
   ScaledTiming scaled;
   const std::string key_file = make_key_file("join-timeout");
-  const auto key = load_key(key_file);
   Rigd a(key_file, {"--test-timing-divisor", std::to_string(divisor)});
-  // b proves the controller's connection and takes the JOIN, then lets a's connection hang
-  // unanswered (no greeting) while it keeps its controller's connection alive with heartbeats,
-  // until the controller's abort comes.
-  FakeAgent b;
-  std::optional<std::string> abort_to_b;
-  std::thread fake([&] {
-    const int s = b.accept_and_prove(key);
-    rig::remote::FrameDecoder d;
-    REQUIRE(rig::test::read_until<rig::remote::Join>(s, d));
-    const int from_a = ::accept(b.fd, nullptr, nullptr);
-    while (!abort_to_b) {
-      pollfd p{s, POLLIN, 0};
-      if (::poll(&p, 1, 20) == 0) {
-        rig::test::send_message(s, rig::remote::Heartbeat{});
-        continue;
-      }
-      std::uint8_t buf[4096];
-      const ssize_t n = ::read(s, buf, sizeof buf);
-      if (n <= 0) break;
-      d.feed({buf, static_cast<std::size_t>(n)});
-      while (auto f = d.next()) {
-        if (!f->has_value()) break;
-        auto m = rig::remote::decode(**f);
-        if (!m) break;
-        if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) abort_to_b = abort->reason;
-      }
-    }
-    ::close(from_a);
-    rig::test::end_and_drain(s);
-  });
-  const std::string b_name = b.name();
-  const auto t0 = std::chrono::steady_clock::now();
-  auto job = rig::remote::connect(key, {a.address(), {"127.0.0.1", b.port}});
-  const double took = seconds_since(t0);
-  fake.join();
-  REQUIRE_FALSE(job.ok());
-  CHECK(job.error() == a.name() + " aborted: " + a.name() + " and " + b_name +
-                           " did not connect to each other within 1 s");
-  CHECK(abort_to_b == job.error());
-  CHECK(took >= 1.0);
-  CHECK(took < 1.0 + 0.5 * sanitizer_slowdown);
+  const auto hung = rig::test::hang_a_join(load_key(key_file), a.address());
+  CHECK(hung.error == a.name() + " aborted: " + a.name() + " and " + hung.fake_name +
+                          " did not connect to each other within 1 s");
+  CHECK(hung.abort_to_fake == hung.error);
+  CHECK(hung.took_s >= 1.0);
+  CHECK(hung.took_s < 1.0 + 0.5 * sanitizer_slowdown);
 }
