@@ -101,18 +101,20 @@ TEST_CASE("an opener three times the silence rule: the job goes on, and the agen
   CHECK(seconds_since(second_at) < 1.0 * sanitizer_slowdown);
   opener.join();
   const double took = seconds_since(t0);
-  REQUIRE(opened.has_value());
-  REQUIRE_MESSAGE(opened->ok(), (opened->ok() ? "" : opened->error()));
-  CHECK_FALSE((*opened)->empty());
-  CHECK(took >= 3.0);
   // Three times the 1 s silence rule went by: the agent's heartbeats kept the job alive.
   CHECK(job->failed() == std::nullopt);
-  // The devices work, and a second devices() call gives the same ones at once.
-  const rig::Device d = (*opened)->front();
-  d.wait(rig::submit(d, std::span<const rig::Part>{}));
-  auto again = rig::remote::devices(host, "SLOW");
-  REQUIRE(again.ok());
-  CHECK(again->front() == d);
+  CHECK(took >= 3.0);
+  REQUIRE(opened.has_value());
+  CHECK_MESSAGE(opened->ok(), (opened->ok() ? "" : opened->error()));
+  if (opened->ok() && !(*opened)->empty()) {
+    // The devices work, and a second devices() call gives the same ones at once.
+    const rig::Device d = (*opened)->front();
+    d.wait(rig::submit(d, std::span<const rig::Part>{}));
+    auto again = rig::remote::devices(host, "SLOW");
+    CHECK((again.ok() && again->front() == d));
+  } else {
+    FAIL_CHECK("no devices");
+  }
   job->close();
   CHECK(line_of(a.p) == "closed");
 }
