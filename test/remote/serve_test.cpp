@@ -234,3 +234,24 @@ TEST_CASE("a join that times out names both machines that did not connect") {
   CHECK(hung.took_s >= 1.0);
   CHECK(hung.took_s < 1.0 + 0.5 * sanitizer_slowdown);
 }
+
+TEST_CASE("a close while an opener runs applies after it, in order") {
+  ScaledTiming scaled;
+  const std::string key_file = make_key_file("close-in-opener");
+  TestAgent a(key_file, {"--slow-opener", "2000"});
+  auto job = rig::remote::connect(load_key(key_file), {a.address()});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  std::optional<rig::Result<std::vector<rig::Device>>> opened;
+  std::jthread opener([&] { opened.emplace(rig::remote::devices(job->hosts()[0], "SLOW")); });
+  CHECK(line_of(a.p) == "opening");
+  const auto t0 = std::chrono::steady_clock::now();
+  job->close();
+  const double took = seconds_since(t0);
+  opener.join();
+  // The agent answered the OPEN first, then closed what it opened, then the job.
+  CHECK(took >= 1.5);
+  CHECK(took < 2.0 + 0.5 * sanitizer_slowdown);
+  CHECK_MESSAGE(opened->ok(), (opened->ok() ? "" : opened->error()));
+  CHECK(job->failed() == std::nullopt);
+  CHECK(line_of(a.p) == "closed");
+}
