@@ -177,8 +177,12 @@ Result<Agent> listen(const Key& key, const std::string& host, int port);
 // job's other agents, runs the work the controller submits, and returns when the job ends: Ok once
 // the controller closed it, Error(root cause) once it failed (after failing this process's devices
 // with that cause: the process should exit). A second controller is told this agent serves another
-// job. Raises std::invalid_argument if `a` served already or `kinds` names a kind twice, and Break
-// (after failing the job with the cause "interrupted") if a break is requested.
+// job. Raises std::invalid_argument if `a` served already or `kinds` names a kind twice, Break
+// (after failing the job with the cause "interrupted") if a break is requested, and an exception
+// that ended one of serve's own steps (after failing the job with its text). Openers, buffer makes
+// and program loads run on a helper thread of serve's, so the job's heartbeats go on while they
+// run; openers with the signal mask serve was called with. `a` has stopped listening whenever
+// serve returns or raises.
 Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& kinds);
 
 }  // namespace rig::remote

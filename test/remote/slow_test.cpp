@@ -1,6 +1,7 @@
 // The liveness rules with their real constants: 10 s of silence, a 10 s handshake deadline, 10 s
-// without send progress, and rig run's 11 s for an agent after the controller's end. Slow by nature
-// (about 65 s in all), so in the `slow` suite, which CI runs too.
+// without send progress, rig run's 11 s for an agent after the controller's end, an opener longer
+// than the silence rule, a join that times out. Slow by nature (about two minutes in all), so in
+// the `slow` suite, which CI runs too.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <thread>
 
+#include "remote/io/address.hpp"
 #include "rig/remote.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/rig_run.hpp"
@@ -92,4 +94,34 @@ TEST_CASE("rig run: an agent that goes silent is stopped 11 s after the controll
       "agent0: sent nothing for 10 s");
   if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
   CHECK(run.agents_left().empty());
+}
+
+TEST_CASE("an opener of 12 s, past the 10 s silence rule: the job goes on") {
+  const std::string key_file = rig::test::make_key_file("slow-opener-real");
+  rig::test::Process a({rig::test::env("RIG_TEST_AGENT"), key_file, "--slow-opener", "12000"});
+  const auto line = a.line();
+  REQUIRE(line.has_value());
+  const auto at = rig::remote::parse_listening_line(*line);
+  REQUIRE(at.ok());
+  auto job = rig::remote::connect(rig::test::load_key(key_file), {{"127.0.0.1", at->port}});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto opened = rig::remote::devices(job->hosts()[0], "SLOW");
+  CHECK(rig::test::seconds_since(t0) >= 12.0);
+  CHECK_MESSAGE(opened.ok(), (opened.ok() ? "" : opened.error()));
+  CHECK((opened.ok() && !opened->empty()));
+  CHECK(job->failed() == std::nullopt);
+  job->close();
+  CHECK(a.line(5000).value_or("(no line within 5 s)") == "opening");
+  CHECK(a.line(5000).value_or("(no line within 5 s)") == "closed");
+}
+
+TEST_CASE("a join that times out at 10 s names both machines that did not connect") {
+  const std::string key_file = rig::test::make_key_file("slow-join");
+  Rigd a(key_file);
+  const auto hung = rig::test::hang_a_join(rig::test::load_key(key_file), a.address());
+  CHECK(hung.error == a.name() + " aborted: " + a.name() + " and " + hung.fake_name +
+                          " did not connect to each other within 10 s");
+  CHECK(hung.took_s >= 10.0);
+  CHECK(hung.took_s <= 11.0);
 }

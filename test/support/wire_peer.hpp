@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -280,6 +281,56 @@ inline SendStall stall_a_send(const rig::remote::Key& key, int receive_bytes, do
   MESSAGE("send stall: peer's last byte after "
           << out.before_last_byte_s << " s, by " << out.last_byte_s << " s (" << out.queued_bytes
           << " bytes unread), failure seen at " << out.detected_s << " s");
+  return out;
+}
+
+// How a job's start went when one agent's connection to another hung.
+struct HungJoin {
+  std::string error;                         // connect's
+  double took_s = 0;                         // how long connect took
+  std::optional<std::string> abort_to_fake;  // the abort the controller sent the fake agent
+  std::string fake_name;
+};
+
+// Starts a job of this process with the agent at `a` and, after it, a fake agent that proves the
+// controller's connection and takes its JOIN, then leaves a's connection to it unanswered (it
+// accepts it and says nothing) while it keeps its own connection to the controller alive with
+// heartbeats, until the controller's abort comes. The caller sets the job's timing.
+inline HungJoin hang_a_join(const rig::remote::Key& key, const rig::remote::Address& a) {
+  FakeAgent b;
+  HungJoin out;
+  out.fake_name = b.name();
+  std::thread fake([&] {
+    const int s = b.accept_and_prove(key);
+    rig::remote::FrameDecoder d;
+    REQUIRE(read_until<rig::remote::Join>(s, d));
+    const int from_a = ::accept(b.fd, nullptr, nullptr);
+    while (!out.abort_to_fake) {
+      pollfd p{s, POLLIN, 0};
+      if (::poll(&p, 1, 20) == 0) {
+        send_message(s, rig::remote::Heartbeat{});
+        continue;
+      }
+      std::uint8_t buf[4096];
+      const ssize_t n = ::read(s, buf, sizeof buf);
+      if (n <= 0) break;
+      d.feed({buf, static_cast<std::size_t>(n)});
+      while (auto f = d.next()) {
+        if (!f->has_value()) break;
+        auto m = rig::remote::decode(**f);
+        if (!m) break;
+        if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) out.abort_to_fake = abort->reason;
+      }
+    }
+    ::close(from_a);
+    end_and_drain(s);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto job = rig::remote::connect(key, {a, {"127.0.0.1", b.port}});
+  out.took_s = seconds_since(t0);
+  fake.join();
+  REQUIRE_FALSE(job.ok());
+  out.error = job.error();
   return out;
 }
 

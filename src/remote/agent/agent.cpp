@@ -1,6 +1,7 @@
 // The agent's side of a job: listen, then serve one job on the caller's thread: accept and prove
 // connections, join the job's other agents, answer the controller, end in order or fail whole.
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -8,12 +9,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <set>
 
 #include "core/arch.hpp"
 #include "core/registry.hpp"
+#include "core/signals.hpp"
 #include "remote/agent/agent.hpp"
 #include "remote/agent/protocol.hpp"
 #include "remote/io/address.hpp"
@@ -117,6 +120,18 @@ void set_agent_log(std::function<void(const std::string&)> log) {
   agent_log = std::move(log);
 }
 
+namespace {
+
+// serve's loop sleeps here, with the caller's signals open: serve's own steps run with every
+// signal blocked, so that a handler never lands inside them, and its waits let handlers run.
+void wait_with_signals_open(int fd, int timeout_ms) {
+  const rig::detail::SignalsOpen open;
+  pollfd p{fd, POLLIN, 0};
+  (void)::poll(&p, 1, timeout_ms);  // EINTR: a handler ran; the loop looks again
+}
+
+}  // namespace
+
 Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& kinds) {
   AgentState& s = a.state();
   if (s.served) throw std::invalid_argument("rig: serve: this agent has served already");
@@ -127,21 +142,22 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
     }
   }
   s.served = true;
-  int report_fd = -1;
-  if (auto report = take_report_descriptor()) {
-    if (!*report) return Error(report->error());
-    report_fd = **report;
-  }
-  const pid_t me = getpid();
-  const Timing timing = job_timing();
-  std::optional<std::string> cause;
-  bool interrupted = false;
+  // The agent stops listening when serve returns or raises, however it ends (the job's listener
+  // closes the socket once it has taken it over).
+  struct StopListening {
+    AgentState& s;
+    ~StopListening() {
+      if (s.fd >= 0) ::close(s.fd);
+      s.fd = -1;
+    }
+  } stop_listening{s};
   // serve's writes raise SIGPIPE on this thread when a peer resets its connection: blocked while
-  // serve runs (EPIPE is handled as the connection's end), then the caller's mask comes back.
-  sigset_t pipe_only, previous;
+  // serve runs, its waits included (EPIPE is handled as the connection's end), then the caller's
+  // mask comes back.
+  sigset_t pipe_only, caller;
   sigemptyset(&pipe_only);
   sigaddset(&pipe_only, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &caller);
   struct RestoreMask {
     sigset_t mask;
     ~RestoreMask() {
@@ -154,37 +170,47 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
       }
       pthread_sigmask(SIG_SETMASK, &mask, nullptr);
     }
-  } restore{previous};
+  } restore{caller};
+  // Every other signal too, but in the loop's waits (wait_with_signals_open).
+  const rig::detail::SignalsBlocked blocked;
+  int report_fd = -1;
+  if (auto report = take_report_descriptor()) {
+    if (!*report) return Error(report->error());
+    report_fd = **report;
+  }
+  const pid_t me = getpid();
+  const Timing timing = job_timing();
+  std::optional<std::string> cause;
+  bool interrupted = false;
+  std::exception_ptr thrown;
   {
     Reactor reactor(SteadyClock::get(), timing.tick_ms);
     AgentProtocol job(
         reactor, timing, s.key,
         {process_instance(), kinds, tcp_dialer(), log_line, [] { return break_requested(); },
-         rig::detail::host_isa_level(), rig::host().budget()});
+         rig::detail::host_isa_level(), rig::host().budget(), caller});
     const int listen_rc = job.listen(s.fd, s.where);
     s.fd = -1;  // the job owns the socket now and closes it when listening stops
     if (listen_rc != 0) {
       // The loop still runs, to finish closing what the job opened.
       job.shut();
-      reactor.run();
+      reactor.run(wait_with_signals_open);
       return Error("cannot listen at " + s.where + ": " + uv_strerror(listen_rc));
     }
-    reactor.run();
+    reactor.run(wait_with_signals_open);
     cause = job.outcome()->cause();
     interrupted = job.interrupted();
+    thrown = job.thrown();
   }
   if (cause) write_report_line(report_fd, me, "failed " + *cause);
-  if (interrupted) {
-    clear_break();
-    if (cause) rig::fail(*cause);
-    throw Break();
-  }
-  if (cause) {
-    // Work of a device may still reach memory this process holds: its devices are lost, and the
-    // process must exit.
-    rig::fail(*cause);
-    return Error(*cause);
-  }
+  // Work of a device may still reach memory this process holds: its devices are lost, and the
+  // process must exit.
+  if (cause) rig::fail(*cause);
+  if (interrupted) clear_break();
+  // Listening has stopped with the loop: what ended serve is raised now.
+  if (thrown) std::rethrow_exception(thrown);
+  if (interrupted) throw Break();
+  if (cause) return Error(*cause);
   write_report_line(report_fd, me, "closed");
   return Unit{};
 }

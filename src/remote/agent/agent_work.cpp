@@ -1,8 +1,11 @@
 #include "remote/agent/agent_work.hpp"
 
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 #include <algorithm>
+#include <cassert>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -34,40 +37,42 @@ std::string_view name_of(const Message& m) {
 
 }  // namespace
 
-// The helper thread that sleeps on a device's timeline for the loop. Owner: shared by the agent's
-// work and the thread, which may outlive the job while a device's work runs on (it then only
-// returns). Threads: both, under `mu`.
-struct CompletionWaiter {
+// The helper thread: runs the calls AgentWork hands it, one at a time, and wakes the loop once each
+// has returned. Owner: shared by the agent's work and the thread, which may outlive the job while
+// a call runs on (it then only returns, dropping what the call captured). Threads: both, under
+// `mu`.
+struct Helper {
   std::mutex mu;
   std::condition_variable cv;
-  std::optional<std::pair<Device, std::uint64_t>> task;
+  std::function<void()> call;  // the next call; empty once the thread has taken it
+  bool returned = false;       // the last call has returned: the loop's to collect
   bool quit = false;
   uv_async_t* async = nullptr;
 
-  static void run(std::shared_ptr<CompletionWaiter> w) {
-    std::unique_lock lock(w->mu);
+  static void run(std::shared_ptr<Helper> h, std::optional<sigset_t> mask) {
+    // Openers run here as the program's own code: with the signal mask serve was called with.
+    if (mask) pthread_sigmask(SIG_SETMASK, &*mask, nullptr);
+    std::unique_lock lock(h->mu);
     for (;;) {
-      w->cv.wait(lock, [&] { return w->quit || w->task.has_value(); });
-      if (w->quit) return;
-      auto [device, value] = std::move(*w->task);
-      w->task.reset();
+      h->cv.wait(lock, [&] { return h->quit || h->call; });
+      if (h->quit) return;
+      std::function<void()> call = std::move(h->call);
+      h->call = nullptr;
       lock.unlock();
-      try {
-        device.wait(value);
-      } catch (...) {
-        // Lost: the loop sees the loss when it looks.
-      }
-      device = Device();
+      call();
+      call = nullptr;  // what it captured goes here, off the loop
       lock.lock();
-      if (w->quit) return;
-      uv_async_send(w->async);
+      // The async handle closes with the job: it must not be touched once the job has let go.
+      if (h->quit) return;
+      h->returned = true;
+      uv_async_send(h->async);
     }
   }
 };
 
 AgentWork::AgentWork(Reactor& reactor, const std::vector<std::pair<std::string, Opener>>& kinds,
-                     Fail fail)
-    : reactor_(reactor), kinds_(kinds), fail_(std::move(fail)) {
+                     Fail fail, std::optional<sigset_t> program_signals)
+    : reactor_(reactor), kinds_(kinds), fail_(std::move(fail)), program_signals_(program_signals) {
   devices_[0] = rig::host();
   uv_idle_init(reactor_.loop(), &idle_);
   idle_.data = this;
@@ -76,10 +81,10 @@ AgentWork::AgentWork(Reactor& reactor, const std::vector<std::pair<std::string, 
 }
 
 AgentWork::~AgentWork() {
-  if (waiter_) {
-    std::lock_guard lock(waiter_->mu);
-    waiter_->quit = true;
-    waiter_->cv.notify_all();
+  if (helper_) {
+    std::lock_guard lock(helper_->mu);
+    helper_->quit = true;
+    helper_->cv.notify_all();
   }
 }
 
@@ -88,11 +93,15 @@ void AgentWork::shut() {
   shut_ = true;
   running_.reset();
   queue_.clear();
-  if (waiter_) {
+  // A call still running on the helper thread returns there; its result is dropped.
+  then_ = nullptr;
+  closing_ = nullptr;
+  if (helper_) {
     // The thread must not touch the async handle once it is closing.
-    std::lock_guard lock(waiter_->mu);
-    waiter_->quit = true;
-    waiter_->cv.notify_all();
+    std::lock_guard lock(helper_->mu);
+    helper_->quit = true;
+    helper_->call = nullptr;
+    helper_->cv.notify_all();
   }
   uv_close(reinterpret_cast<uv_handle_t*>(&idle_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
@@ -156,6 +165,9 @@ void AgentWork::message(Message&& m) {
   if (receiving_) {
     return fail("controller: malformed message: " + std::string(name_of(m)) +
                 " before the PAYLOAD bytes of the message before it");
+  }
+  if (closing_) {
+    return fail("controller: malformed message: " + std::string(name_of(m)) + " after CLOSE");
   }
   Op op;
   if (const auto* s = std::get_if<Submit>(&m)) {
@@ -227,13 +239,46 @@ void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
 }
 
 void AgentWork::pump() {
-  while (!shut_ && !running_ && !queue_.empty()) {
+  while (!shut_ && !running_ && !then_ && !queue_.empty()) {
     if (receiving_ && queue_.size() == 1) return;  // its bytes are still coming
     Op op = std::move(queue_.front());
     queue_.pop_front();
     last_work_ms_ = reactor_.now_ms();
     apply(op);
   }
+  if (!shut_ && closing_ && idle()) {
+    release();
+    std::function<void()> done = std::move(closing_);
+    closing_ = nullptr;
+    done();
+  }
+}
+
+void AgentWork::off_loop(std::function<void()> call, std::function<void()> then) {
+  assert(!then_);  // one call at a time: the work waits for it
+  if (!helper_) {
+    auto helper = std::make_shared<Helper>();
+    helper->async = &async_;
+    std::thread(Helper::run, helper, program_signals_).detach();
+    helper_ = std::move(helper);
+  }
+  then_ = std::move(then);
+  std::lock_guard lock(helper_->mu);
+  helper_->call = std::move(call);
+  helper_->cv.notify_all();
+}
+
+void AgentWork::helper_returned() {
+  if (shut_) return;
+  {
+    std::lock_guard lock(helper_->mu);
+    if (!helper_->returned) return;
+    helper_->returned = false;
+  }
+  std::function<void()> then = std::move(then_);
+  then_ = nullptr;
+  if (then) then();
+  pump();
 }
 
 void AgentWork::apply(Op& op) {
@@ -274,19 +319,38 @@ void AgentWork::open(const Open& m) {
     controller_->send(answer);
     return;
   }
-  Result<std::vector<Device>> got = Error("");
-  try {
-    got = (*opener)();
-  } catch (const std::exception& e) {
-    return fail(e.what());  // an opener's exception is the job's root cause, as it reads
-  }
-  if (!got) {
-    answer.why = got.error();
+  // The opener may take long (a CUDA start-up, say): it runs on the helper thread, as the
+  // program's own code. What it returns or throws comes back here.
+  struct Opening {
+    std::optional<Result<std::vector<Device>>> got;
+    std::string threw;
+  };
+  auto opening = std::make_shared<Opening>();
+  off_loop(
+      [opening, opener = *opener, kind = m.kind] {
+        try {
+          opening->got = opener();
+        } catch (const std::exception& e) {
+          opening->threw = e.what();  // an opener's exception is the job's root cause, as it reads
+        } catch (...) {
+          opening->threw =
+              "the opener of kind " + kind + " threw an exception not derived from std::exception";
+        }
+      },
+      [this, opening, kind = m.kind] { opened(kind, std::move(opening->got), opening->threw); });
+}
+
+void AgentWork::opened(const std::string& kind, std::optional<Result<std::vector<Device>>> got,
+                       const std::string& threw) {
+  if (!got) return fail(threw);
+  Opened answer;
+  if (!*got) {
+    answer.why = got->error();
     controller_->send(answer);
     return;
   }
   std::vector<std::uint32_t> ids;
-  for (const Device& d : *got) {
+  for (const Device& d : **got) {
     const std::uint32_t id = next_device_++;
     devices_[id] = d;
     ids.push_back(id);
@@ -301,42 +365,81 @@ void AgentWork::open(const Open& m) {
       if (!other_is_new && rig::reaches(d, devices_[id])) answer.reaches.push_back({other, id});
     }
   }
-  opened_[m.kind] = std::move(ids);
+  opened_[kind] = std::move(ids);
   controller_->send(answer);
 }
 
 void AgentWork::make(const Make& m) {
   Device* d = device(m.device, "MAKE");
   if (d == nullptr) return;
-  try {
-    Buffer b = Buffer::make(*d, m.bytes);
-    const std::uint64_t id = next_memory_++;
-    memory_.emplace(id, std::move(b));
-    controller_->send(Made{id, ""});
-  } catch (const OutOfMemory& e) {
-    controller_->send(Made{0, clamp_reason(e.what())});
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
+  // A make may take long (a device's first allocation, a large one pinned): off the loop.
+  struct Making {
+    std::optional<Buffer> buffer;
+    std::string short_of;  // the device's OutOfMemory: an answer, not a failure
+    std::string threw;
+  };
+  auto making = std::make_shared<Making>();
+  off_loop(
+      [making, device = *d, bytes = m.bytes] {
+        try {
+          making->buffer = Buffer::make(device, bytes);
+        } catch (const OutOfMemory& e) {
+          making->short_of = clamp_reason(e.what());
+        } catch (const std::exception& e) {
+          making->threw = e.what();
+        } catch (...) {
+          making->threw = "unknown exception";
+        }
+      },
+      [this, making] {
+        if (!making->threw.empty()) return fail(making->threw);
+        if (!making->buffer) return controller_->send(Made{0, making->short_of});
+        const std::uint64_t id = next_memory_++;
+        memory_.emplace(id, std::move(*making->buffer));
+        controller_->send(Made{id, ""});
+      });
 }
 
 void AgentWork::load(const Load& m, Op& op) {
   Device* d = device(m.device, "LOAD");
   if (d == nullptr) return;
-  Loaded answer;
-  auto program = Program::parse(std::move(op.program));
-  if (!program) {
-    answer.why = clamp_reason(program.error());
-  } else {
-    auto image = rig::load(*d, *program);
-    if (!image) {
-      answer.why = clamp_reason(image.error());
-    } else {
-      answer.image = next_image_++;
-      images_.emplace(answer.image, std::move(*image));
-    }
-  }
-  controller_->send(answer);
+  // A load may take long (a PTX JIT): off the loop.
+  struct Loading {
+    std::optional<Image> image;
+    std::string why;  // the program or the load refused: an answer, not a failure
+    std::string threw;
+  };
+  auto loading = std::make_shared<Loading>();
+  off_loop(
+      [loading, device = *d, bytes = std::move(op.program)]() mutable {
+        try {
+          auto program = Program::parse(std::move(bytes));
+          if (!program) {
+            loading->why = clamp_reason(program.error());
+            return;
+          }
+          auto image = rig::load(device, *program);
+          if (!image) {
+            loading->why = clamp_reason(image.error());
+            return;
+          }
+          loading->image = std::move(*image);
+        } catch (const std::exception& e) {
+          loading->threw = e.what();
+        } catch (...) {
+          loading->threw = "unknown exception";
+        }
+      },
+      [this, loading] {
+        if (!loading->threw.empty()) return fail(loading->threw);
+        Loaded answer;
+        answer.why = loading->why;
+        if (loading->image) {
+          answer.image = next_image_++;
+          images_.emplace(answer.image, std::move(*loading->image));
+        }
+        controller_->send(answer);
+      });
 }
 
 void AgentWork::submit(const Submit& m, Op& op) {
@@ -441,7 +544,7 @@ void AgentWork::on_idle(uv_idle_t* idle) noexcept {
 
 void AgentWork::on_async(uv_async_t* async) noexcept {
   auto* self = static_cast<AgentWork*>(async->data);
-  guard([self] { self->check_running(); }, [self](const std::string& why) { self->fail(why); });
+  guard([self] { self->helper_returned(); }, [self](const std::string& why) { self->fail(why); });
 }
 
 void AgentWork::poll_running() {
@@ -457,16 +560,17 @@ void AgentWork::poll_running() {
     sched_yield();
     return;
   }
-  // Long work: stop polling and let a thread sleep on the timeline and wake the loop.
+  // Long work: stop polling and let the helper thread sleep on the timeline and wake the loop.
   uv_idle_stop(&idle_);
-  if (!waiter_) {
-    waiter_ = std::make_shared<CompletionWaiter>();
-    waiter_->async = &async_;
-    std::thread(CompletionWaiter::run, waiter_).detach();
-  }
-  std::lock_guard lock(waiter_->mu);
-  waiter_->task.emplace(running_->device, running_->local_value);
-  waiter_->cv.notify_all();
+  off_loop(
+      [device = running_->device, value = running_->local_value] {
+        try {
+          device.wait(value);
+        } catch (...) {
+          // Lost: the loop sees the loss when it looks.
+        }
+      },
+      [this] { check_running(); });
 }
 
 void AgentWork::check_running() {
@@ -501,7 +605,7 @@ void AgentWork::finish_running() {
 
 void AgentWork::tick() {
   if (shut_) return;
-  if (!running_ && queue_.empty() && reactor_.now_ms() - last_work_ms_ >= staging_idle_release_ms) {
+  if (idle() && reactor_.now_ms() - last_work_ms_ >= staging_idle_release_ms) {
     staging_->clear();
   }
   for (const auto& [id, d] : devices_) {
@@ -509,7 +613,17 @@ void AgentWork::tick() {
   }
 }
 
-void AgentWork::close() {
+void AgentWork::close(std::function<void()> done) {
+  if (shut_) return;
+  if (receiving_) {
+    return fail(
+        "controller: malformed message: CLOSE before the PAYLOAD bytes of the message before it");
+  }
+  closing_ = std::move(done);
+  pump();
+}
+
+void AgentWork::release() {
   running_.reset();
   staging_->clear();
   queue_.clear();

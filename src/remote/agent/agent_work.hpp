@@ -2,6 +2,7 @@
 // this process's rig, on the agent's own devices, and the answers sent back in order.
 #pragma once
 
+#include <signal.h>
 #include <uv.h>
 
 #include <cstdint>
@@ -23,12 +24,16 @@
 
 namespace rig::remote {
 
-struct CompletionWaiter;
+struct Helper;
 
 // Owner: the agent's job (AgentProtocol), on serve's stack. Threads: the loop thread (serve's
-// caller), but for a helper thread that sleeps on a device's timeline when polling has not seen the
-// work done, and wakes the loop. Lifetime: the job's; shut() closes its handles before the loop
-// ends.
+// caller), but for one helper thread (started at the first call it takes) that runs, one at a
+// time, what may take long: an opener, a buffer's make, a program's load, and the sleep on a
+// device's timeline once polling has not seen a submission's work done. It wakes the loop when
+// the call returns, so that heartbeats, handshakes and aborts go on meanwhile. Lifetime: the
+// job's; shut() closes its handles before the loop ends. The helper thread holds only what its
+// call captured: a call still running when the job ends goes on there, and what it returns is
+// dropped.
 //
 // Every message applies after the work of the one before it is done (the order the controller
 // relies on: work sent to a machine follows all work sent to it before). Messages that arrive
@@ -55,7 +60,10 @@ class AgentWork {
  public:
   using Fail = std::function<void(const std::string& cause)>;
 
-  AgentWork(Reactor& reactor, const std::vector<std::pair<std::string, Opener>>& kinds, Fail fail);
+  // `program_signals`: the signal mask the program's own code (openers) runs with, the one serve
+  // was called with; empty: the helper thread keeps the mask it starts with (the loop thread's).
+  AgentWork(Reactor& reactor, const std::vector<std::pair<std::string, Opener>>& kinds, Fail fail,
+            std::optional<sigset_t> program_signals = std::nullopt);
   ~AgentWork();
   AgentWork(const AgentWork&) = delete;
   AgentWork& operator=(const AgentWork&) = delete;
@@ -72,8 +80,9 @@ class AgentWork {
   std::span<std::uint8_t> payload_sink(std::size_t bytes);
   // Notices a device of the job lost other than by a close (called on every tick).
   void tick();
-  // The controller closed the job: lets go of its memory and programs and closes its devices.
-  void close();
+  // The controller closed the job: once every message before the close is applied, lets go of the
+  // job's memory and programs, closes its devices, then runs `done`.
+  void close(std::function<void()> done);
   // The job failed or ended: nothing more is applied or sent, and the loop handles close.
   void shut();
 
@@ -107,8 +116,13 @@ class AgentWork {
   };
 
   void pump();
+  bool idle() const { return !running_ && !then_ && queue_.empty() && !receiving_; }
+  void release();
   void apply(Op& op);
   void open(const Open& m);
+  // The opener of `kind` returned `got`, or threw (`got` empty, `threw` its text).
+  void opened(const std::string& kind, std::optional<Result<std::vector<Device>>> got,
+              const std::string& threw);
   void make(const Make& m);
   void load(const Load& m, Op& op);
   void submit(const Submit& m, Op& op);
@@ -119,9 +133,15 @@ class AgentWork {
   Device* device(std::uint32_t id, std::string_view message);
   Buffer* memory(std::uint64_t id, std::string_view message);
 
-  // Polls the running work's timeline (on_idle), or hands it to the waiter thread once polling
+  // Polls the running work's timeline (on_idle), or hands it to the helper thread once polling
   // has run its budget.
   void poll_running();
+  // Runs `call` on the helper thread, then `then` on the loop once it has returned; no message
+  // applies meanwhile. `call` must not throw, and must reach nothing of the job's but what it
+  // captured by value: the job may end while it runs.
+  void off_loop(std::function<void()> call, std::function<void()> then);
+  // The loop's side of the helper's wake-up.
+  void helper_returned();
 
   static void on_idle(uv_idle_t* idle) noexcept;
   static void on_async(uv_async_t* async) noexcept;
@@ -134,6 +154,8 @@ class AgentWork {
   bool receiving_ = false;  // the last queued op still takes PAYLOAD bytes
   std::deque<Op> queue_;
   std::optional<Running> running_;
+  std::function<void()> then_;     // set while a call runs on the helper thread
+  std::function<void()> closing_;  // the controller's close, waiting for the work before it
   std::int64_t poll_since_us_ = 0;
   std::int64_t last_work_ms_ = 0;  // when a message was last applied (the staging cache's idle)
   std::shared_ptr<StagingCache> staging_ = std::make_shared<StagingCache>();
@@ -148,7 +170,8 @@ class AgentWork {
 
   uv_idle_t idle_{};
   uv_async_t async_{};
-  std::shared_ptr<CompletionWaiter> waiter_;
+  std::optional<sigset_t> program_signals_;
+  std::shared_ptr<Helper> helper_;
 };
 
 }  // namespace rig::remote

@@ -1,5 +1,6 @@
 #include "remote/agent/protocol.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 #include <variant>
@@ -12,8 +13,15 @@ namespace rig::remote {
 AgentProtocol::AgentProtocol(Reactor& reactor, const Timing& timing, const Key& key, Setup setup)
     : JobProtocol(reactor, timing, key, setup.instance),
       setup_(std::move(setup)),
-      work_(reactor, setup_.kinds, [this](const std::string& cause) { fail(cause); }) {
-  ticker_ = reactor_.add_ticker([this](std::int64_t now) { guarded([&] { tick(now); }); });
+      work_(
+          reactor, setup_.kinds, [this](const std::string& cause) { fail(cause); },
+          setup_.program_signals) {
+  ticker_ = reactor_.add_ticker([this](std::int64_t now) { step([&] { tick(now); }); });
+}
+
+void AgentProtocol::threw(const std::string& why) noexcept {
+  if (!thrown_) thrown_ = std::current_exception();
+  fail(why);
 }
 
 AgentProtocol::~AgentProtocol() {
@@ -53,7 +61,7 @@ void AgentProtocol::shut() {
 }
 
 void AgentProtocol::on_socket(int fd) noexcept {
-  guarded([&] { accept(TcpTransport::adopt(reactor_.loop(), fd, timing_.tcp_user_timeout_ms)); });
+  step([&] { accept(TcpTransport::adopt(reactor_.loop(), fd, timing_.tcp_user_timeout_ms)); });
 }
 
 void AgentProtocol::accept(std::unique_ptr<Transport> transport) {
@@ -65,7 +73,7 @@ void AgentProtocol::accept(std::unique_ptr<Transport> transport) {
 
 // The connection waits in the kernel's backlog meanwhile; the operator hears of it once.
 void AgentProtocol::on_short_of_resources(int err) noexcept {
-  guarded([&] { shortage(err); });
+  step([&] { shortage(err); });
 }
 
 void AgentProtocol::shortage(int err) {
@@ -75,11 +83,11 @@ void AgentProtocol::shortage(int err) {
 
 // serve ends with this cause, and so does a job it serves.
 void AgentProtocol::on_accept_failed(const std::string& why) noexcept {
-  guarded([&] { fail("cannot accept a connection at " + where_ + ": " + why); });
+  step([&] { fail("cannot accept a connection at " + where_ + ": " + why); });
 }
 
 void AgentProtocol::on_proven(Connection& c) noexcept {
-  guarded([&] { proven(c); });
+  step([&] { proven(c); });
 }
 
 void AgentProtocol::proven(Connection& c) {
@@ -104,21 +112,22 @@ void AgentProtocol::proven(Connection& c) {
   c.set_peer_name(peer.name);
   c.tag = agent_tag;
   ++links_proven_;
+  linked_.push_back(peer.name);
   maybe_ready();
 }
 
 void AgentProtocol::on_refused(Connection& c, const std::string& why) noexcept {
   // One of our own dials to another agent of the job: the job cannot form.
-  if (c.tag == dial_tag) guarded([&] { fail(c.peer_name() + ": " + why); });
+  if (c.tag == dial_tag) step([&] { fail(c.peer_name() + ": " + why); });
   // A stranger (wrong key, another job, silence): dropped; the agent goes on serving.
 }
 
 void AgentProtocol::on_job_message(Connection& c, Message&& m) noexcept {
-  guarded([&] { message(c, std::move(m)); });
+  step([&] { message(c, std::move(m)); });
 }
 
 void AgentProtocol::message(Connection& c, Message&& m) {
-  if (c.tag == controller_tag) return from_controller(c, std::move(m));
+  if (c.tag == controller_tag) return from_controller(std::move(m));
   if (std::holds_alternative<Close>(m)) {
     // That agent is ending the job in order: its connection's end is no failure.
     c.end(std::nullopt);
@@ -134,7 +143,7 @@ void AgentProtocol::on_job_bulk(Connection& c, std::uint8_t type,
   if (c.tag != controller_tag || type != Payload::type || !ready_sent_) {
     return JobProtocol::on_job_bulk(c, type, bytes);
   }
-  guarded([&] { work_.payload(bytes.size(), bytes.data()); });
+  step([&] { work_.payload(bytes.size(), bytes.data()); });
 }
 
 std::span<std::uint8_t> AgentProtocol::bulk_sink(Connection& c, std::uint8_t type,
@@ -145,10 +154,10 @@ std::span<std::uint8_t> AgentProtocol::bulk_sink(Connection& c, std::uint8_t typ
 
 // Only a sink this job gave (PAYLOAD from the controller) places bytes.
 void AgentProtocol::on_bulk_placed(Connection&, std::uint8_t, std::size_t bytes) noexcept {
-  guarded([&] { work_.payload(bytes, nullptr); });
+  step([&] { work_.payload(bytes, nullptr); });
 }
 
-void AgentProtocol::from_controller(Connection& c, Message&& m) {
+void AgentProtocol::from_controller(Message&& m) {
   if (auto* join = std::get_if<Join>(&m)) return on_join(*join);
   if (AgentWork::handles(m)) {
     if (!ready_sent_) {
@@ -160,22 +169,26 @@ void AgentProtocol::from_controller(Connection& c, Message&& m) {
     return;
   }
   if (std::holds_alternative<Close>(m)) {
-    // End in order: release the job, tell the controller, and stop listening.
-    closed_in_order_ = true;
-    mark_ended();
-    work_.close();
-    c.send(Closed{});
-    c.end(std::nullopt);
-    each_connection([](Connection& other) {
-      if (other.tag == agent_tag && other.state() == Connection::State::open) {
-        other.end(Close{});
-      }
-    });
-    stop_listening();
+    // Applied in order, after the work before it (an opener may still run).
+    work_.close([this] { end_in_order(); });
     return;
   }
   const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
   fail("controller: malformed message: " + std::string(name) + " is not one a controller sends");
+}
+
+// The work has let go of what the job held: tell the controller, and stop listening.
+void AgentProtocol::end_in_order() {
+  closed_in_order_ = true;
+  mark_ended();
+  controller_->send(Closed{});
+  controller_->end(std::nullopt);
+  each_connection([](Connection& other) {
+    if (other.tag == agent_tag && other.state() == Connection::State::open) {
+      other.end(Close{});
+    }
+  });
+  stop_listening();
 }
 
 void AgentProtocol::on_join(const Join& join) {
@@ -193,6 +206,7 @@ void AgentProtocol::on_join(const Join& join) {
   }
   joined_ = true;
   join_ms_ = reactor_.now_ms();
+  join_names_ = join.names;
   my_name_ = join.you;
   links_expected_ = join.names.size() - 1;
   for (std::size_t i = me + 1; i < join.names.size(); ++i) {
@@ -236,7 +250,16 @@ void AgentProtocol::tick(std::int64_t now) {
     return fail("controller: sent no JOIN within " + seconds_text(timing_.handshake_timeout_ms));
   }
   if (joined_ && !ready_sent_ && now - join_ms_ >= timing_.handshake_timeout_ms) {
-    return fail(my_name_ + ": the job's other agents did not all connect within " +
+    // The cause names both ends of a connection that did not form: this agent and the first
+    // other it has no proven connection with.
+    std::string other = "another agent";
+    for (const std::string& name : join_names_) {
+      if (name != my_name_ && std::find(linked_.begin(), linked_.end(), name) == linked_.end()) {
+        other = name;
+        break;
+      }
+    }
+    return fail(my_name_ + " and " + other + " did not connect to each other within " +
                 seconds_text(timing_.handshake_timeout_ms));
   }
 }

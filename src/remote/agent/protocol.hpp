@@ -3,7 +3,10 @@
 // work through AgentWork) until it closes the job in order, or the job fails.
 #pragma once
 
+#include <signal.h>
+
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -42,6 +45,8 @@ class AgentProtocol final : public JobProtocol {
     // What READY tells the controller of this machine's host.
     std::string host_arch;
     std::uint64_t host_budget = 0;
+    // The signal mask openers run with (serve's caller's); empty: the loop thread's.
+    std::optional<sigset_t> program_signals;
   };
 
   AgentProtocol(Reactor& reactor, const Timing& timing, const Key& key, Setup setup);
@@ -60,6 +65,9 @@ class AgentProtocol final : public JobProtocol {
   bool serving() const { return job_.has_value(); }
   bool interrupted() const { return interrupted_; }
   bool closed_in_order() const { return closed_in_order_; }
+  // The first exception that ended one of serve's own steps (an accept, a handshake's report, a
+  // message, a tick), if any: the job failed with its text, and serve raises it again.
+  std::exception_ptr thrown() const { return thrown_; }
 
   // Stops listening, and drops strangers still proving a key: they have nothing to do with a job
   // that is ending.
@@ -89,7 +97,17 @@ class AgentProtocol final : public JobProtocol {
   void on_job_failed(const std::string&) noexcept override;
   void on_finished() noexcept override;
 
-  void from_controller(Connection& c, Message&& m);
+  // Runs one of serve's own steps: a throw fails the job with its text, and is kept for serve to
+  // raise again.
+  template <typename Body>
+  void step(Body&& body) noexcept {
+    guard(std::forward<Body>(body), [this](const std::string& why) { threw(why); });
+  }
+  // Called inside the handler of what a step threw.
+  void threw(const std::string& why) noexcept;
+
+  void from_controller(Message&& m);
+  void end_in_order();
   void on_join(const Join& join);
   void maybe_ready();
   void tick(std::int64_t now);
@@ -110,9 +128,12 @@ class AgentProtocol final : public JobProtocol {
   bool ready_sent_ = false;
   std::size_t links_expected_ = 0;
   std::size_t links_proven_ = 0;
+  std::vector<std::string> join_names_;  // the job's machines, as JOIN lists them
+  std::vector<std::string> linked_;      // the other agents proven so far
   bool closed_in_order_ = false;
   bool interrupted_ = false;
   bool shut_ = false;
+  std::exception_ptr thrown_;
   AgentWork work_;
 };
 

@@ -285,8 +285,9 @@ void ControllerProtocol::close() {
 
 void ControllerProtocol::tick(std::int64_t now) {
   if (has_failed()) return;
+  // A backstop: the agents' own deadline fires first, naming both machines that did not connect.
   if (join_sent_ms_ != 0 && ready_ < members_.size() &&
-      now - join_sent_ms_ >= timing_.handshake_timeout_ms) {
+      now - join_sent_ms_ >= timing_.handshake_timeout_ms + timing_.join_verdict_ms) {
     for (const Member& m : members_) {
       if (!m.ready) {
         return fail(m.name + ": did not connect to the job's other agents within " +

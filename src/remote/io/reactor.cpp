@@ -68,6 +68,15 @@ void Reactor::run() {
   loop_thread_.store(0, std::memory_order_release);
 }
 
+void Reactor::run(const Wait& wait) {
+  loop_thread_.store(this_thread_token(), std::memory_order_release);
+  while (uv_run(&loop_, UV_RUN_NOWAIT) != 0) {
+    const int timeout_ms = uv_backend_timeout(&loop_);
+    if (timeout_ms != 0) wait(uv_backend_fd(&loop_), timeout_ms);
+  }
+  loop_thread_.store(0, std::memory_order_release);
+}
+
 void Reactor::stop() noexcept {
   if (stopping_) return;
   stopping_ = true;

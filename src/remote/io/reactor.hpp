@@ -44,6 +44,11 @@ class Reactor {
 
   // Runs the loop on this thread until stop() and until every handle has closed.
   void run();
+  // The same, but the loop only polls, and sleeps through `wait(fd, timeout_ms)`: until `fd` (the
+  // loop's own, pollable) is readable or timeout_ms pass (-1: no limit), so that the caller
+  // chooses what holds while the thread sleeps (an agent's serve opens signals there).
+  using Wait = std::function<void(int fd, int timeout_ms)>;
+  void run(const Wait& wait);
   // Asks run() to return once the handles still open have closed. Loop thread.
   void stop() noexcept;
   bool stopping() const noexcept { return stopping_; }

@@ -24,13 +24,17 @@ struct Timing {
   // rule count from the peer's last acknowledgement, so 5 s above the send rule (and its tick)
   // means the kernel never fires first.
   std::int64_t tcp_user_timeout_ms = 15'000;
+  // The controller's deadline for the agents' connections to each other runs this much past the
+  // agents' own (handshake_timeout_ms from the JOIN each received), so that an agent's cause,
+  // which names both machines that did not connect, reaches it first.
+  std::int64_t join_verdict_ms = 1'000;
 
   // Every time divided by `divisor` (at least 1 ms each), for tests of the rules themselves.
   Timing scaled_down(std::int64_t divisor) const {
     auto s = [divisor](std::int64_t ms) { return ms / divisor > 0 ? ms / divisor : 1; };
     return Timing{s(heartbeat_idle_ms),    s(silence_timeout_ms), s(send_stall_timeout_ms),
                   s(handshake_timeout_ms), s(drain_timeout_ms),   s(tick_ms),
-                  s(tcp_user_timeout_ms)};
+                  s(tcp_user_timeout_ms),  s(join_verdict_ms)};
   }
 };
 

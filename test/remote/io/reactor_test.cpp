@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <thread>
@@ -103,4 +104,30 @@ TEST_CASE("scaled timing keeps every time positive") {
   CHECK(fast.tick_ms == 1);
   const Timing ten = Timing{}.scaled_down(10);
   CHECK(ten.silence_timeout_ms == 1000);
+}
+
+TEST_CASE("run(wait): the loop sleeps only through the caller's wait, and a post ends the sleep") {
+  ManualClock clock;
+  Reactor reactor(clock, 50);
+  std::atomic<int> counter{0};
+  Count stop;
+  stop.counter = &counter;
+  stop.stop_at = 1;
+  int waits = 0;
+  bool posted = false;
+  reactor.run([&](int fd, int timeout_ms) {
+    ++waits;
+    CHECK(fd >= 0);
+    CHECK(timeout_ms > 0);  // the tick's timer bounds every sleep
+    CHECK(timeout_ms <= 50);
+    if (!posted) {
+      posted = true;
+      // From another thread while the loop sleeps: the wait must see the loop's descriptor wake.
+      std::thread([&] { reactor.post(&stop); }).join();
+    }
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, timeout_ms);
+  });
+  CHECK(counter.load() == 1);
+  CHECK(waits >= 1);
 }

@@ -317,7 +317,8 @@ void Sim::make_processes() {
                                                                    {},
                                                                    [&a] { return a.interrupt; },
                                                                    "x86-64",
-                                                                   1 << 30});
+                                                                   1 << 30,
+                                                                   std::nullopt});
     a.outcome = a.agent->outcome();
   }
 }
@@ -595,12 +596,17 @@ bool worded(const std::string& cause, const std::vector<std::string>& names) {
       "(closed its connection|connection failed: .+|sent nothing for 10 s|a send made no progress "
       "for 10 s|malformed message: .+|cannot connect: .+|no proof of the key within 10 s|holds "
       "another key|serves another job|speaks protocol version .+|did not connect to the job's "
-      "other agents within 10 s|sent no JOIN within 10 s|the job's other agents did not all "
-      "connect within 10 s|closed the connection during the handshake|serves no job yet|refused "
+      "other agents within 10 s|sent no JOIN within 10 s|closed the connection during the "
+      "handshake|serves no job yet|refused "
       "this process's proof as malformed|malformed handshake: .+|does not speak rig's protocol "
       "\\(its first bytes are not a rig greeting\\)|speaks protocol version .+)");
   for (const std::string& n : names) {
     if (cause.rfind(n + " aborted: ", 0) == 0) return true;
+    for (const std::string& m : names) {
+      if (m != n && cause == n + " and " + m + " did not connect to each other within 10 s") {
+        return true;
+      }
+    }
     if (cause.rfind(n + ": ", 0) == 0 && std::regex_match(cause.substr(n.size() + 2), forms)) {
       return true;
     }
@@ -740,7 +746,7 @@ void Sim::checks(std::string& out) {
     // itself, or the peer or the link between them was: otherwise the peer's abort reached it.
     const bool start_timeout =
         cause.find("did not connect to the job's other agents") != std::string::npos ||
-        cause.find("the job's other agents did not all connect") != std::string::npos ||
+        cause.find("did not connect to each other") != std::string::npos ||
         cause.find("sent no JOIN") != std::string::npos;
     bool explained =
         process_faulted(p->index) || process_faulted(q->index) || link_faulted(p->index, q->index);
