@@ -1,6 +1,6 @@
 // An agent in a process of its own, for tests that break what serve relies on.
 //   rig-test-agent KEY_FILE [--break-listener] [--sim] [--timing-divisor N] [--slow-opener MS]
-//                  [--throwing-opener] [--signals] [--throwing-log]
+//                  [--throwing-opener] [--signals] [--throwing-log] [--lose-after-ms MS]
 // Listens at 127.0.0.1, port 0, and prints "listening 127.0.0.1:PORT" as rigd does.
 // --break-listener then shuts the listening socket down, so that every accept fails (EINVAL on
 // Linux). --sim serves SIM devices as rigd does, but with no check of the RIG_* tunables at start,
@@ -11,8 +11,10 @@
 // SIGUSR1 blocked" (or "open"), and the kind SIGNALS's opener "opener: SIGUSR1 open, handled N"
 // (or "blocked") before it opens the SIM devices. --throwing-log makes serve's log line throw.
 // Serves one job and prints "closed", or "error: WHY" and exits 1; "interrupted" if a break
-// (SIGINT) ended serve; "raised: WHAT" and then "listening" or "not listening" (whether a connect
-// to the port is taken) if serve raised something else.
+// (SIGINT) ended serve; --lose-after-ms serves the kind LOSE, whose opener opens the SIM devices
+// and MS later loses the first of them (not by a close), printing "lost" as it does; "raised: WHAT"
+// and then "listening" or "not listening" (whether a connect to the port is taken) if serve raised
+// something else.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -30,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device.hpp"
 #include "remote/agent/agent.hpp"
 #include "remote/io/address.hpp"
 #include "remote/job/process.hpp"
@@ -76,7 +79,7 @@ rig::Result<std::vector<rig::Device>> sim_devices() {
 int main(int argc, char** argv) {
   bool break_listener = false, sim = false, throwing_opener = false, signals = false,
        throwing_log = false;
-  int divisor = 1, slow_ms = -1;
+  int divisor = 1, slow_ms = -1, lose_ms = -1;
   bool known = argc >= 2;
   for (int i = 2; known && i < argc; ++i) {
     const std::string arg = argv[i];
@@ -94,6 +97,8 @@ int main(int argc, char** argv) {
       divisor = std::atoi(argv[++i]);
     } else if (arg == "--slow-opener" && i + 1 < argc) {
       slow_ms = std::atoi(argv[++i]);
+    } else if (arg == "--lose-after-ms" && i + 1 < argc) {
+      lose_ms = std::atoi(argv[++i]);
     } else {
       known = false;
     }
@@ -101,7 +106,8 @@ int main(int argc, char** argv) {
   if (!known || divisor < 1) {
     std::fprintf(stderr,
                  "usage: rig-test-agent KEY_FILE [--break-listener] [--sim] [--timing-divisor N] "
-                 "[--slow-opener MS] [--throwing-opener] [--signals] [--throwing-log]\n");
+                 "[--slow-opener MS] [--throwing-opener] [--signals] [--throwing-log] "
+                 "[--lose-after-ms MS]\n");
     return 2;
   }
   if (divisor > 1) rig::remote::set_job_timing(rig::remote::Timing{}.scaled_down(divisor));
@@ -132,6 +138,19 @@ int main(int argc, char** argv) {
       say("opening");
       std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
       return sim_devices();
+    });
+  }
+  if (lose_ms >= 0) {
+    kinds.emplace_back("LOSE", [lose_ms]() -> rig::Result<std::vector<rig::Device>> {
+      auto devices = sim_devices();
+      if (devices && !devices->empty()) {
+        std::thread([lose_ms, d = devices->front()] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(lose_ms));
+          say("lost");
+          d.core()->lose(d.name() + ": lost for the test");
+        }).detach();
+      }
+      return devices;
     });
   }
   if (throwing_opener) {

@@ -255,3 +255,21 @@ TEST_CASE("a close while an opener runs applies after it, in order") {
   CHECK(job->failed() == std::nullopt);
   CHECK(line_of(a.p) == "closed");
 }
+
+TEST_CASE("an agent's device lost other than by a close fails the job within a second, named") {
+  const std::string key_file = make_key_file("agent-device-lost");
+  TestAgent a(key_file, {"--lose-after-ms", "300"});
+  auto job = rig::remote::connect(load_key(key_file), {a.address()});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  const auto opened = rig::remote::devices(job->hosts()[0], "LOSE");
+  REQUIRE_MESSAGE(opened.ok(), (opened.ok() ? "" : opened.error()));
+  REQUIRE(line_of(a.p) == "lost");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto cause = rig::test::wait_for_failure(*job, t0, 5);
+  const double detected = seconds_since(t0);
+  REQUIRE(cause.has_value());
+  CHECK(*cause == a.name() + " aborted: SIM:0: lost for the test");
+  CHECK(detected < 1.0 * sanitizer_slowdown);
+  CHECK(line_of(a.p) == "error: SIM:0: lost for the test");
+  job->close();
+}
