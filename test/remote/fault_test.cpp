@@ -232,53 +232,11 @@ TEST_CASE("a child of fork never uses its parent's job; the parent's goes on") {
   CHECK(a.job_end(1).value_or("").find("closed") != std::string::npos);
 }
 
-namespace {
-
-// A job on one rigd whose controller reports to a pipe, as under a launcher: connect_named with the
-// launcher's descriptor.
-struct ReportedJob {
-  int report[2] = {-1, -1};
-  std::optional<rig::Result<rig::remote::Job>> job;
-
-  ReportedJob(const rig::remote::Key& key, const Rigd& a) {
-    REQUIRE(pipe(report) == 0);
-    rig::remote::Member m;
-    m.name = a.name();
-    m.dial_text = a.name();
-    auto at = rig::remote::resolve("127.0.0.1", a.port);
-    REQUIRE(at.ok());
-    m.address = *at;
-    std::vector<rig::remote::Member> members;
-    members.push_back(std::move(m));
-    job.emplace(
-        rig::remote::connect_named(key, std::move(members), rig::remote::job_timing(), report[1]));
-    REQUIRE_MESSAGE(job->ok(), (job->ok() ? "" : job->error()));
-  }
-  ~ReportedJob() {
-    ::close(report[0]);
-    ::close(report[1]);
-  }
-  // Every line reported so far.
-  std::string lines() const {
-    std::string out;
-    char buf[512];
-    pollfd p{report[0], POLLIN, 0};
-    while (poll(&p, 1, 0) == 1) {
-      const ssize_t n = ::read(report[0], buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<std::size_t>(n));
-    }
-    return out;
-  }
-};
-
-}  // namespace
-
 TEST_CASE("an agent that dies while the job closes fails the job: the launcher hears the cause") {
   ScaledTiming scaled;
   const std::string key_file = rig::test::make_key_file("die-in-close");
   Rigd a(key_file, {"--test-timing-divisor", std::to_string(divisor)});
-  ReportedJob r(rig::test::load_key(key_file), a);
+  rig::test::ReportedJob r(rig::test::load_key(key_file), a);
   const pid_t agent = a.job_pid(1);
   kill(agent, SIGSTOP);  // it will never answer the close
   std::thread killer([agent] {
@@ -299,7 +257,7 @@ TEST_CASE("an agent that falls silent while the job closes fails it with the sil
   ScaledTiming scaled;
   const std::string key_file = rig::test::make_key_file("silent-in-close");
   Rigd a(key_file, {"--test-timing-divisor", std::to_string(divisor)});
-  ReportedJob r(rig::test::load_key(key_file), a);
+  rig::test::ReportedJob r(rig::test::load_key(key_file), a);
   const pid_t agent = a.job_pid(1);
   kill(agent, SIGSTOP);
   const auto t0 = std::chrono::steady_clock::now();

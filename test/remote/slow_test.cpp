@@ -1,7 +1,7 @@
 // The liveness rules with their real constants: 10 s of silence, a 10 s handshake deadline, 10 s
 // without send progress, rig run's 11 s for an agent after the controller's end, an opener longer
-// than the silence rule, a join that times out. Slow by nature (about two minutes in all), so in
-// the `slow` suite, which CI runs too.
+// than the silence rule, a join that times out, an agent silent during close. Slow by nature (about
+// two minutes in all), so in the `slow` suite, which CI runs too.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -124,4 +124,20 @@ TEST_CASE("a join that times out at 10 s names both machines that did not connec
                           " did not connect to each other within 10 s");
   CHECK(hung.took_s >= 10.0);
   CHECK(hung.took_s <= 11.0);
+}
+
+TEST_CASE("an agent that falls silent while the job closes fails it after the real 10 s") {
+  const std::string key_file = rig::test::make_key_file("slow-silent-in-close");
+  rig::test::Rigd a(key_file);
+  rig::test::ReportedJob r(rig::test::load_key(key_file), a);
+  const pid_t agent = a.job_pid(1);
+  kill(agent, SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  (*r.job)->close();
+  const double took = rig::test::seconds_since(t0);
+  kill(agent, SIGKILL);
+  // 10 s of silence, then the drain's 10 s with a peer that never answers, and 1 s of margin.
+  CHECK(took >= 10.0);
+  CHECK(took < 21.0);
+  CHECK(r.lines() == "started\nfailed " + a.name() + ": sent nothing for 10 s\n");
 }

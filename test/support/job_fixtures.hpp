@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,7 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "remote/controller/controller.hpp"
+#include "remote/controller/member.hpp"
 #include "remote/io/address.hpp"
+#include "remote/job/process.hpp"
 #include "rig/remote.hpp"
 #include "support/process.hpp"
 
@@ -134,6 +138,44 @@ struct Rigd {
     return l.find("waiting for a controller") != std::string::npos ||
            l.find("started by the controller at ") != std::string::npos ||
            l.find("cannot accept a connection at ") != std::string::npos;
+  }
+};
+
+// A job on one rigd whose controller reports to a pipe, as under a launcher: connect_named with the
+// launcher's descriptor.
+struct ReportedJob {
+  int report[2] = {-1, -1};
+  std::optional<rig::Result<rig::remote::Job>> job;
+
+  ReportedJob(const rig::remote::Key& key, const Rigd& a) {
+    REQUIRE(pipe(report) == 0);
+    rig::remote::Member m;
+    m.name = a.name();
+    m.dial_text = a.name();
+    auto at = rig::remote::resolve("127.0.0.1", a.port);
+    REQUIRE(at.ok());
+    m.address = *at;
+    std::vector<rig::remote::Member> members;
+    members.push_back(std::move(m));
+    job.emplace(
+        rig::remote::connect_named(key, std::move(members), rig::remote::job_timing(), report[1]));
+    REQUIRE_MESSAGE(job->ok(), (job->ok() ? "" : job->error()));
+  }
+  ~ReportedJob() {
+    ::close(report[0]);
+    ::close(report[1]);
+  }
+  // Every line reported so far.
+  std::string lines() const {
+    std::string out;
+    char buf[512];
+    pollfd p{report[0], POLLIN, 0};
+    while (poll(&p, 1, 0) == 1) {
+      const ssize_t n = ::read(report[0], buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+    return out;
   }
 };
 
