@@ -46,12 +46,8 @@ using rig::test::send_message;
 
 namespace {
 
-constexpr int divisor = 10;  // 10 s rules become 1 s
-
-struct ScaledTiming {
-  ScaledTiming() { rig::remote::set_job_timing(rig::remote::Timing{}.scaled_down(divisor)); }
-  ~ScaledTiming() { rig::remote::set_job_timing(rig::remote::Timing{}); }
-};
+constexpr int divisor = rig::test::scaled_divisor;
+using rig::test::ScaledTiming;
 
 // A receive buffer small enough that the peer's answers back up into its own queue at once.
 constexpr int small_receive_bytes = 4096;
@@ -365,10 +361,8 @@ TEST_CASE("a break ends close's wait within 200 ms; the job stays open; a later 
   FakeAgent agent;
   std::atomic<bool> answer_close{false};
   std::thread fake([&] {
-    const int s = agent.accept_and_prove(key);
     rig::remote::FrameDecoder d;
-    REQUIRE(read_until<rig::remote::Join>(s, d));
-    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    const int s = rig::test::accept_job(agent, key, d);
     REQUIRE(read_until<rig::remote::Close>(s, d));
     // Hold the close unanswered (heartbeats keep the job alive) until the test says so.
     while (!answer_close.load()) {
@@ -516,10 +510,8 @@ TEST_CASE("an abort still arrives when the controller fails behind bytes its pee
   long a_marks = 0;
   ssize_t a_end = 1;
   std::thread agent_a([&] {
-    const int s = a.accept_and_prove(key);
     rig::remote::FrameDecoder d;
-    REQUIRE(read_until<rig::remote::Join>(s, d));
-    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    const int s = rig::test::accept_job(a, key, d);
     // Busy: alive (heartbeats) but reading nothing, until the test says so.
     const auto t0 = std::chrono::steady_clock::now();
     while (!read_now.load() && rig::test::seconds_since(t0) < 20) {
@@ -530,10 +522,8 @@ TEST_CASE("an abort still arrives when the controller fails behind bytes its pee
     a_end = end_and_drain(s);
   });
   std::thread agent_b([&] {
-    const int s = b.accept_and_prove(key);
     rig::remote::FrameDecoder d;
-    REQUIRE(read_until<rig::remote::Join>(s, d));
-    send_message(s, rig::remote::Ready{"x86_64", 1 << 20});
+    const int s = rig::test::accept_job(b, key, d);
     const auto t0 = std::chrono::steady_clock::now();
     while (!b_ends.load() && rig::test::seconds_since(t0) < 20) {
       send_message(s, rig::remote::Heartbeat{});

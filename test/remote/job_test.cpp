@@ -411,10 +411,8 @@ TEST_CASE(
   FakeAgent agent;
   std::optional<std::string> abort_reason;
   std::thread fake([&] {
-    const int s = agent.accept_and_prove(key);
     rig::remote::FrameDecoder d;
-    REQUIRE(read_until<rig::remote::Join>(s, d));
-    send_message(s, rig::remote::Ready{"x86_64", 1ull << 30});
+    const int s = rig::test::accept_job(agent, key, d, 1ull << 30);
     REQUIRE(read_until<rig::remote::Make>(s, d));
     send_message(s, rig::remote::Made{4096, ""});
     // The copy's 256 MiB now back up into the controller's queue, since nothing reads them. A
@@ -451,10 +449,8 @@ TEST_CASE("a break that ends the exit's close fails the job: its agents hear 'in
   FakeAgent agent;
   std::optional<std::string> abort_reason;
   std::thread fake([&] {
-    const int s = agent.accept_and_prove(key);
     rig::remote::FrameDecoder d;
-    REQUIRE(read_until<rig::remote::Join>(s, d));
-    send_message(s, rig::remote::Ready{"x86_64", 1ull << 30});
+    const int s = rig::test::accept_job(agent, key, d, 1ull << 30);
     // The exit's close: left unanswered, so that its wait ends in the break.
     REQUIRE(read_until<rig::remote::Close>(s, d));
     long heartbeats = 0;

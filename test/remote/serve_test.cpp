@@ -34,12 +34,8 @@ using rig::test::seconds_since;
 
 namespace {
 
-constexpr int divisor = 10;  // 10 s rules become 1 s
-
-struct ScaledTiming {
-  ScaledTiming() { rig::remote::set_job_timing(rig::remote::Timing{}.scaled_down(divisor)); }
-  ~ScaledTiming() { rig::remote::set_job_timing(rig::remote::Timing{}); }
-};
+constexpr int divisor = rig::test::scaled_divisor;
+using rig::test::ScaledTiming;
 
 // rig-test-agent (agent_tool.cpp) at 127.0.0.1 with `options`, its liveness times scaled down.
 struct TestAgent {

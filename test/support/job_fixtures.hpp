@@ -36,6 +36,19 @@ inline constexpr double sanitizer_slowdown = 3.0;
 inline constexpr double sanitizer_slowdown = 1.0;
 #endif
 
+// Tests of the liveness rules scale them down by this much: the 10 s rules become 1 s, the 1 s
+// heartbeat 100 ms. Agents take the same through rigd's --test-timing-divisor.
+inline constexpr int scaled_divisor = 10;
+
+// The next jobs of this process run on the scaled times, for the scope. Owner: the test's stack
+// frame; the test's thread.
+struct ScaledTiming {
+  ScaledTiming() { rig::remote::set_job_timing(rig::remote::Timing{}.scaled_down(scaled_divisor)); }
+  ~ScaledTiming() { rig::remote::set_job_timing(rig::remote::Timing{}); }
+  ScaledTiming(const ScaledTiming&) = delete;
+  ScaledTiming& operator=(const ScaledTiming&) = delete;
+};
+
 inline std::string env(const char* name) {
   const char* v = std::getenv(name);
   REQUIRE_MESSAGE(v != nullptr, name << " is not set (run through meson test)");

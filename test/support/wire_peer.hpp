@@ -103,6 +103,17 @@ inline void send_message(int s, const rig::remote::Message& m) {
   FakeAgent::send_all(s, bytes);
 }
 
+// Accepts one controller at `agent`, proves `key` to it, reads its JOIN and answers READY as an
+// x86_64 host of `budget_bytes`: a job whose one agent is this fake has started. Returns the
+// socket; `d` holds what was read past the JOIN.
+inline int accept_job(FakeAgent& agent, const rig::remote::Key& key, rig::remote::FrameDecoder& d,
+                      std::uint64_t budget_bytes = 1 << 20) {
+  const int s = agent.accept_and_prove(key);
+  REQUIRE(read_until<rig::remote::Join>(s, d));
+  send_message(s, rig::remote::Ready{"x86_64", budget_bytes});
+  return s;
+}
+
 // Reads frames from a raw socket until an ABORT arrives, counting the frames of type `M` before
 // it (a message, or a bulk frame such as PAYLOAD, which is counted undecoded). Returns the abort's
 // reason, or nothing if the connection ended (or was reset) first.
