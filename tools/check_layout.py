@@ -23,7 +23,7 @@ ALLOWED = {
     "remote/wire": ["rig", "core", "remote"],
     "remote/trust": ["rig", "remote", "remote/wire"],
     "remote/io": ["rig", "core", "remote", "remote/wire", "remote/trust"],
-    "remote/job": ["rig", "remote", "remote/wire", "remote/trust", "remote/io"],
+    "remote/job": ["rig", "core", "remote", "remote/wire", "remote/trust", "remote/io"],
     "remote/controller": ["rig", "core", "program"] + BELOW_JOB,
     "remote/agent": ["rig", "core", "program", "backends"] + BELOW_JOB,
 }

@@ -68,23 +68,14 @@ void Timeline::wait(std::uint64_t value) const {
   }
 }
 
-Timeline::~Timeline() {
-  delete why_.load(std::memory_order_acquire);
-}
-
 bool Timeline::lose(const std::string& why) {
-  if (lost()) return false;
-  auto cause = std::make_unique<const std::string>(why);
-  const std::string* none = nullptr;
-  if (!why_.compare_exchange_strong(none, cause.get(), std::memory_order_acq_rel)) return false;
-  cause.release();  // the timeline owns it now
+  if (!why_.set(why)) return false;
   wake_all();
   return true;
 }
 
 std::string Timeline::why() const {
-  const std::string* cause = why_.load(std::memory_order_acquire);
-  return cause != nullptr ? *cause : std::string();
+  return why_.get().value_or(std::string());
 }
 
 void Timeline::check() const {

@@ -3,8 +3,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <memory>
 #include <string>
+
+#include "core/first_cause.hpp"
 
 namespace rig::detail {
 
@@ -29,16 +30,11 @@ class Timeline {
   // whatever the parent's other threads held.
   bool lose(const std::string& why);
 
-  bool lost() const noexcept { return why_.load(std::memory_order_acquire) != nullptr; }
+  bool lost() const noexcept { return why_.is_set(); }
   // The cause; empty when not lost.
   std::string why() const;
   // Raises rig::Lost with the cause if lost.
   void check() const;
-
-  Timeline() = default;
-  ~Timeline();
-  Timeline(const Timeline&) = delete;
-  Timeline& operator=(const Timeline&) = delete;
 
  private:
   void wake_all() noexcept;
@@ -46,8 +42,7 @@ class Timeline {
   std::atomic<std::uint64_t> word_{0};
   mutable std::atomic<std::uint32_t> seq_{0};
   mutable std::atomic<std::uint32_t> sleepers_{0};
-  // The cause, set once (null until lost) and never changed after: readers need no lock.
-  std::atomic<const std::string*> why_{nullptr};
+  FirstCause why_;  // set once, read without a lock
 };
 
 }  // namespace rig::detail

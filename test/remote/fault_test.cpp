@@ -253,17 +253,11 @@ TEST_CASE("an agent that falls silent while the job closes fails it with the sil
   ScaledTiming scaled;
   const std::string key_file = rig::test::make_key_file("silent-in-close");
   Rigd a(key_file, {"--test-timing-divisor", std::to_string(divisor)});
-  rig::test::ReportedJob r(rig::test::load_key(key_file), a);
-  const pid_t agent = a.job_pid(1);
-  kill(agent, SIGSTOP);
-  const auto t0 = std::chrono::steady_clock::now();
-  (*r.job)->close();
-  const double took = rig::test::seconds_since(t0);
-  kill(agent, SIGKILL);
+  const auto closed = rig::test::close_over_stopped_agent(key_file, a);
   // Silence for 1 s (scaled), then the drain's 1 s with a peer that never answers.
-  CHECK(took >= 0.9);
-  CHECK(took < 2.6);
-  CHECK(r.lines() == "started\nfailed " + a.name() + ": sent nothing for 1 s\n");
+  CHECK(closed.took_s >= 0.9);
+  CHECK(closed.took_s < 2.6);
+  CHECK(closed.lines == "started\nfailed " + a.name() + ": sent nothing for 1 s\n");
 }
 
 TEST_CASE("RIG_REMOTE_AGENTS and RIG_REMOTE_KEY: every rule") {

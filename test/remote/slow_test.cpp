@@ -129,15 +129,9 @@ TEST_CASE("a join that times out at 10 s names both machines that did not connec
 TEST_CASE("an agent that falls silent while the job closes fails it after the real 10 s") {
   const std::string key_file = rig::test::make_key_file("slow-silent-in-close");
   rig::test::Rigd a(key_file);
-  rig::test::ReportedJob r(rig::test::load_key(key_file), a);
-  const pid_t agent = a.job_pid(1);
-  kill(agent, SIGSTOP);
-  const auto t0 = std::chrono::steady_clock::now();
-  (*r.job)->close();
-  const double took = rig::test::seconds_since(t0);
-  kill(agent, SIGKILL);
+  const auto closed = rig::test::close_over_stopped_agent(key_file, a);
   // 10 s of silence, then the drain's 10 s with a peer that never answers, and 1 s of margin.
-  CHECK(took >= 10.0);
-  CHECK(took < 21.0);
-  CHECK(r.lines() == "started\nfailed " + a.name() + ": sent nothing for 10 s\n");
+  CHECK(closed.took_s >= 10.0);
+  CHECK(closed.took_s < 21.0);
+  CHECK(closed.lines == "started\nfailed " + a.name() + ": sent nothing for 10 s\n");
 }

@@ -192,4 +192,21 @@ struct ReportedJob {
   }
 };
 
+// Closes a job (under a launcher's report pipe) whose one agent, `a`, is stopped and never answers,
+// killing the agent once close returns: how long close took and the lines the controller reported.
+struct CloseOverStopped {
+  double took_s = 0;
+  std::string lines;
+};
+inline CloseOverStopped close_over_stopped_agent(const std::string& key_file, Rigd& a) {
+  ReportedJob r(load_key(key_file), a);
+  const pid_t agent = a.job_pid(1);
+  kill(agent, SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  (*r.job)->close();
+  CloseOverStopped out{seconds_since(t0), r.lines()};
+  kill(agent, SIGKILL);
+  return out;
+}
+
 }  // namespace rig::test

@@ -90,9 +90,8 @@ const std::vector<Device>& Job::hosts() const {
 
 std::optional<std::string> Job::failed() const {
   if (!s_) return std::nullopt;
-  // Every call here blocks signals while it holds a lock (core/signals.hpp): a handler that calls
-  // rig runs only in a wait, where the thread holds none of the job's locks.
-  const rig::detail::SignalsBlocked blocked;
+  // No lock and no signal mask here: the cause is set once and read lock-free
+  // (core/first_cause.hpp), so a signal handler may call failed() whatever its thread was doing.
   if (s_->closed.load()) return std::nullopt;
   if (s_->pid != getpid()) return forked_cause;  // any process but the one that connected
   return s_->cause();

@@ -6,18 +6,6 @@
 
 namespace rig::remote {
 
-bool JobOutcome::fail(const std::string& cause) {
-  std::lock_guard lock(mu_);
-  if (cause_) return false;
-  cause_ = cause;
-  return true;
-}
-
-std::optional<std::string> JobOutcome::cause() const {
-  std::lock_guard lock(mu_);
-  return cause_;
-}
-
 JobProtocol::JobProtocol(Reactor& reactor, const Timing& timing, Key key, InstanceId instance)
     : reactor_(reactor), timing_(timing), key_(std::move(key)), instance_(instance) {}
 

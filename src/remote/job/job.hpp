@@ -4,10 +4,10 @@
 
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "core/first_cause.hpp"
 #include "remote/io/connection.hpp"
 #include "remote/io/guard.hpp"
 #include "remote/io/reactor.hpp"
@@ -18,16 +18,15 @@
 namespace rig::remote {
 
 // The parts of a job's state that threads other than the loop read: its root cause. Owner: the
-// job and every handle to it. Threads: any.
+// job and every handle to it. Threads: any; neither call takes a lock.
 class JobOutcome {
  public:
   // Records `cause` if none is recorded yet; returns whether it did (the first cause wins).
-  bool fail(const std::string& cause);
-  std::optional<std::string> cause() const;
+  bool fail(const std::string& cause) { return cause_.set(cause); }
+  std::optional<std::string> cause() const { return cause_.get(); }
 
  private:
-  mutable std::mutex mu_;
-  std::optional<std::string> cause_;
+  rig::detail::FirstCause cause_;
 };
 
 // The loop-side base of both roles' protocols (ControllerProtocol, the agent's AgentProtocol): the
