@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -18,6 +19,7 @@
 #include "support/rig_run.hpp"
 
 using rig::test::check_agent0_failed_the_job;
+using rig::test::gone_within;
 using rig::test::RigRun;
 using rig::test::sanitizer_slowdown;
 using rig::test::seconds_since;
@@ -154,6 +156,85 @@ TEST_CASE("rig run: a second Ctrl-C kills a controller that ignores the first") 
         "rig run: agent1     exited with status 1 without reporting the job's end\n"
         "rig run: the job failed: rig run was interrupted twice\n");
   if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
+  // What the controller started goes with it, though it ignores SIGINT too.
   std::ifstream in(grandchild);
-  if (pid_t pid = 0; in >> pid) kill(pid, SIGKILL);
+  pid_t pid = 0;
+  in >> pid;
+  REQUIRE(pid > 0);
+  CHECK_MESSAGE(gone_within(pid, 1.0 * sanitizer_slowdown), "the controller's child outlived it");
+  kill(pid, SIGKILL);
+}
+
+TEST_CASE(
+    "rig run: a controller that ignores a Ctrl-C is killed 1.1 s after it, with its children") {
+  const std::string grandchild = std::filesystem::temp_directory_path() /
+                                 ("rig-test-" + std::to_string(getpid())) / "unheeded.pid";
+  RigRun run(
+      "unheeded", 2, scaled,
+      {"/bin/sh", "-c",
+       "trap '' INT; sleep 30 >/dev/null 2>&1 & echo $! > '" + grandchild + "'; echo ready; wait"});
+  REQUIRE(run.p->line() == "ready");
+  const auto t0 = std::chrono::steady_clock::now();
+  run.p->signal(SIGINT);
+  // The agents, serving no job yet, end at once; the controller ignores SIGINT and is killed,
+  // with the sleep it started, once the drain's bound and a second (1.1 s, scaled) have passed.
+  const double earliest_s = 1.1;
+  const double bound_s = (earliest_s + 1.0) * sanitizer_slowdown;
+  const auto [out, ended] = run.end_within(bound_s);
+  const double elapsed = seconds_since(t0);
+  CHECK_MESSAGE(ended, "rig run still running " << bound_s << " s after the SIGINT");
+  CHECK(elapsed >= earliest_s);
+  CHECK(elapsed < bound_s);
+  CHECK(out ==
+        "rig run: controller killed, still running 1.1 s after rig run was interrupted\n"
+        "rig run: agent0     exited with status 1 without reporting the job's end\n"
+        "rig run: agent1     exited with status 1 without reporting the job's end\n"
+        "rig run: the job failed: the controller killed, still running 1.1 s after rig run was "
+        "interrupted\n");
+  if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
+  std::ifstream in(grandchild);
+  pid_t pid = 0;
+  in >> pid;
+  REQUIRE(pid > 0);
+  CHECK_MESSAGE(gone_within(pid, 1.0 * sanitizer_slowdown), "the controller's child outlived it");
+  kill(pid, SIGKILL);
+}
+
+TEST_CASE("rig run: a controller stopped when its agents end is killed 1.1 s after their end") {
+  RigRun run("controller-stopped", 2, scaled,
+             {rig::test::env("RIG_TEST_LAUNCHED"), "--timing-divisor", std::to_string(divisor)});
+  REQUIRE(run.p->line() == "started");
+  // The controller: rig run's child that is not an agent.
+  const auto agents = run.agent_pids();
+  pid_t controller = 0;
+  std::ifstream children("/proc/" + std::to_string(run.p->pid()) + "/task/" +
+                         std::to_string(run.p->pid()) + "/children");
+  for (pid_t child; children >> child;) {
+    if (std::find(agents.begin(), agents.end(), child) == agents.end()) controller = child;
+  }
+  REQUIRE(controller > 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(controller, SIGSTOP);
+  // The agents hear nothing for 1 s and fail the job, drain for at most 1 s and exit; 1.1 s
+  // after their end the stopped controller is killed. Then 1 s of margin.
+  const double earliest_s = 1.0 + 1.1;
+  const double bound_s = (1.0 + 1.0 + 1.1 + 1.0) * sanitizer_slowdown;
+  const auto [out, ended] = run.end_within(bound_s);
+  const double elapsed = seconds_since(t0);
+  CHECK_MESSAGE(ended, "rig run still running " << bound_s << " s after the SIGSTOP");
+  CHECK(elapsed >= earliest_s);
+  CHECK(elapsed < bound_s);
+  const auto lines = rig::test::rig_run_lines(out);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "rig run: controller killed, stopped 1.1 s after the agents ended");
+  // Which agent hears the silence first, and so whose words the other's abort carries, is a
+  // race.
+  for (const std::string agent : {"agent0", "agent1"}) {
+    const std::string& line = lines[agent == "agent0" ? 1 : 2];
+    CHECK(line.starts_with("rig run: " + agent + "     failed "));
+    CHECK(line.ends_with("controller: sent nothing for 1 s"));
+  }
+  CHECK(lines[3].starts_with("rig run: the job failed: "));
+  if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
+  CHECK(run.agents_left().empty());
 }

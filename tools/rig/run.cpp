@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sodium.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -23,6 +24,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +46,8 @@ using rig::cli::exit_usage;
 using Clock = std::chrono::steady_clock;
 
 constexpr int agents_max = 64;
+// How many descendants of the job's processes rig run looks for when it kills them all.
+constexpr std::size_t descendants_max = 4096;
 // An agent that has not printed its listening line by then did not start.
 constexpr int agent_start_timeout_ms = 10'000;
 // Without a pidfd to wait on, how often rig run looks whether a process has ended.
@@ -78,9 +83,11 @@ std::vector<std::string_view> lines_of(std::string_view text) {
 // Why rig run stopped a process of the job itself.
 enum class Stop {
   none,
-  job_not_started,      // an agent, once the controller had ended before the job started
-  outlived_controller,  // an agent still running the bound after the controller's end
-  interrupted,          // a second Ctrl-C or SIGTERM of rig run
+  job_not_started,       // an agent, once the controller had ended before the job started
+  outlived_controller,   // an agent still running the bound after the controller's end
+  interrupted,           // a second Ctrl-C or SIGTERM of rig run
+  interrupt_unheeded,    // still running the bound after the first Ctrl-C or SIGTERM
+  stopped_after_agents,  // the controller, stopped (SIGSTOP) the bound after every agent ended
 };
 
 // One process of the job, as the launcher sees it.
@@ -408,11 +415,14 @@ class Launch {
 
  private:
   // A first Ctrl-C or SIGTERM since the last look goes on to every process as SIGINT; a second
-  // kills them all.
+  // kills them all, and everything they started.
   void pass_on_interrupts() {
     const int interrupts = interrupt_count.load();
     if (interrupts == interrupts_seen_) return;
-    if (interrupts_seen_ == 0) stop_all(SIGINT);
+    if (interrupts_seen_ == 0) {
+      stop_all(SIGINT);
+      interrupted_at_ = Clock::now();
+    }
     if (interrupts >= 2) kill_all(Stop::interrupted);
     interrupts_seen_ = interrupts;
   }
@@ -420,6 +430,38 @@ class Launch {
   // Sends the signals that collect's bounds call for now, and asks to be woken for the next.
   void apply_bounds() {
     const Member& controller = members_.front();
+    // A first interrupt that a process does not act on (it ignores SIGINT, or it is stopped) ends
+    // in SIGKILL once a job would have ended after it: the drain and a second.
+    if (interrupted_at_ && !interrupts_killed_) {
+      const auto due = *interrupted_at_ + std::chrono::milliseconds(bounds_.agent_end_ms);
+      if (Clock::now() >= due) {
+        interrupts_killed_ = true;
+        kill_all(Stop::interrupt_unheeded);
+      } else {
+        wake_by(due);
+      }
+    }
+    // A controller that is stopped (SIGSTOP, or Ctrl-Z of it alone) once every agent has ended
+    // would hold rig run until someone continues it: the job is over, so it is killed once the
+    // bound has passed since the last agent's end. A controller still running then is left to end
+    // on its own, as it may have work of its own after its job.
+    if (!controller.reaped && controller.stop == Stop::none && members_.size() > 1 &&
+        std::all_of(members_.begin() + 1, members_.end(),
+                    [](const Member& m) { return m.reaped; })) {
+      Clock::time_point last{};
+      for (std::size_t i = 1; i < members_.size(); ++i) last = std::max(last, members_[i].ended);
+      const auto due = last + std::chrono::milliseconds(bounds_.agent_end_ms);
+      if (Clock::now() < due) {
+        wake_by(due);
+      } else if (is_stopped(controller.pid)) {
+        Member& c = members_.front();
+        kill_tree(c.pid);
+        c.killed = true;
+        c.stop = Stop::stopped_after_agents;
+      } else {
+        wake_by(Clock::now() + std::chrono::milliseconds(tick_ms));
+      }
+    }
     if (!agents_stopped_ && controller.reaped) {
       const bool started = controller.started();
       const auto due =
@@ -476,8 +518,16 @@ class Launch {
       case Stop::interrupted:
         stop = "killed, as rig run was interrupted twice";
         break;
+      case Stop::interrupt_unheeded:
+        stop = "killed, still running " + seconds(bounds_.agent_end_ms) +
+               " after rig run was interrupted";
+        break;
+      case Stop::stopped_after_agents:
+        stop = "killed, stopped " + seconds(bounds_.agent_end_ms) + " after the agents ended";
+        break;
     }
-    if (m.killed && m.stop != Stop::interrupted) {
+    if (m.killed && m.stop != Stop::interrupted && m.stop != Stop::interrupt_unheeded &&
+        m.stop != Stop::stopped_after_agents) {
       stop += " (killed " + seconds(bounds_.stop_ms) + " after SIGTERM)";
     }
     if (const auto line = m.end_line()) return stop.empty() ? *line : *line + "; " + stop;
@@ -488,8 +538,18 @@ class Launch {
     return how + " without reporting the job's end";
   }
 
-  // Takes the end of every process that has ended, and what is left on its report pipe.
+  // Takes the end of every process that has ended, and what is left on its report pipe. Reaps
+  // too the processes that the job's processes left behind, which come to rig run as their
+  // subreaper once their parent has gone.
   void reap_ended() {
+    for (;;) {
+      siginfo_t info{};
+      if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
+      if (std::ranges::any_of(members_, [&](const Member& m) { return m.pid == info.si_pid; })) {
+        break;  // one of the job's own processes: taken below, with its status
+      }
+      waitpid(info.si_pid, nullptr, WNOHANG);
+    }
     for (Member& m : members_) {
       if (m.reaped) continue;
       const pid_t got = waitpid(m.pid, &m.status, WNOHANG);
@@ -563,13 +623,36 @@ class Launch {
     m.stop = why;
     m.stopped_at = Clock::now();
   }
+  // Kills every process still running, and everything the job's processes started: their
+  // descendants, and the orphans left to rig run as their subreaper.
   void kill_all(Stop why) {
     for (Member& m : members_) {
       if (m.reaped || m.killed) continue;
-      kill(m.pid, SIGKILL);
       m.killed = true;
       if (m.stop == Stop::none) m.stop = why;
     }
+    kill_tree(getpid(), false);
+  }
+  // Whether `pid` is stopped by a signal (state T in /proc/PID/stat).
+  static bool is_stopped(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t paren = stat.rfind(')');  // the command's name may hold anything
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+  }
+  // SIGKILL to `root` (unless !with_root) and every descendant of it: the whole tree is listed
+  // first (a process killed first would hand its children to rig run), then killed.
+  static void kill_tree(pid_t root, bool with_root = true) {
+    std::vector<pid_t> tree = {root};
+    for (std::size_t i = 0; i < tree.size() && tree.size() < descendants_max; ++i) {
+      std::error_code ec;
+      const std::string tasks = "/proc/" + std::to_string(tree[i]) + "/task";
+      for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+        std::ifstream in(task.path() / "children");
+        for (pid_t child; in >> child;) tree.push_back(child);
+      }
+    }
+    for (std::size_t i = with_root ? 0 : 1; i < tree.size(); ++i) kill(tree[i], SIGKILL);
   }
   void stop_all(int sig) {
     for (Member& m : members_) {
@@ -608,9 +691,11 @@ class Launch {
   const int timing_divisor_;
   const Bounds bounds_;
   std::vector<Member> members_;
-  std::optional<Clock::time_point> wake_at_;  // the next time collect must look, if any
-  int interrupts_seen_ = 0;                   // of interrupt_count, passed on already
-  bool agents_stopped_ = false;               // collect has sent the agents SIGTERM
+  std::optional<Clock::time_point> wake_at_;         // the next time collect must look, if any
+  int interrupts_seen_ = 0;                          // of interrupt_count, passed on already
+  std::optional<Clock::time_point> interrupted_at_;  // the first interrupt's time
+  bool interrupts_killed_ = false;  // the first interrupt's bound has passed, and killed
+  bool agents_stopped_ = false;     // collect has sent the agents SIGTERM
 };
 
 }  // namespace
@@ -645,6 +730,9 @@ int cmd_run(std::span<char*> args) {
   sigemptyset(&chld.sa_mask);
   sigaction(SIGCHLD, &chld, nullptr);
 
+  // What the job's processes leave behind comes to rig run, so that an interrupt that kills them
+  // all finds it (kill_all), and nothing it started outlives rig run's second Ctrl-C.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   Launch launch(rigd_path(o.rigd), o.timing_divisor);
   auto agents_env = launch.start_agents(o.local, o.kinds, key_file);
   if (!agents_env) {
