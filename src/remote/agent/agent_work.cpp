@@ -14,6 +14,7 @@
 #include "remote/io/guard.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
+#include "remote/wire/printable.hpp"
 #include "rig/program.hpp"
 
 namespace rig::remote {
@@ -33,6 +34,21 @@ std::int64_t now_us() {
 
 std::string_view name_of(const Message& m) {
   return std::visit([](const auto& x) { return x.name; }, m);
+}
+
+// A program's pieces as one: each piece is let go once copied, so that the whole is held about
+// once (the reserve touches no page ahead of the copies).
+std::vector<std::byte> joined(std::vector<std::vector<std::byte>> pieces) {
+  if (pieces.size() == 1) return std::move(pieces.front());
+  std::size_t total = 0;
+  for (const auto& p : pieces) total += p.size();
+  std::vector<std::byte> out;
+  out.reserve(total);
+  for (auto& p : pieces) {
+    out.insert(out.end(), p.begin(), p.end());
+    std::vector<std::byte>().swap(p);
+  }
+  return out;
 }
 
 }  // namespace
@@ -109,7 +125,8 @@ void AgentWork::shut() {
 
 void AgentWork::fail(const std::string& cause) {
   if (shut_) return;
-  fail_(cause);
+  // A refusal of this machine's rig may quote the controller's bytes (a run's entry name).
+  fail_(printable_once(cause));
 }
 
 Device* AgentWork::device(std::uint32_t id, std::string_view message) {
@@ -188,12 +205,7 @@ void AgentWork::message(Message&& m) {
       return fail("controller: malformed message: LOAD of " + std::to_string(l->bytes) +
                   " bytes, over the maximum " + std::to_string(program_bytes_max));
     }
-    try {
-      op.program.resize(l->bytes);
-    } catch (const std::bad_alloc&) {
-      return fail("cannot hold a program of " + std::to_string(l->bytes) + " bytes");
-    }
-    if (!op.program.empty()) op.fill.emplace_back(op.program.data(), op.program.size());
+    op.program_due = l->bytes;
   }
   op.message = std::move(m);
   receiving_ = !op.complete();
@@ -204,7 +216,8 @@ void AgentWork::message(Message&& m) {
 std::span<std::uint8_t> AgentWork::payload_sink(std::size_t bytes) {
   if (shut_ || !receiving_) return {};
   Op& op = queue_.back();
-  if (op.complete()) return {};
+  // A program's piece is made only once its bytes are here: no sink for it.
+  if (op.complete() || op.program_due > 0) return {};
   const auto to = op.fill[op.fill_index];
   if (to.size() - op.fill_done < bytes) return {};  // runs across copies: through payload()
   return {reinterpret_cast<std::uint8_t*>(to.data()) + op.fill_done, bytes};
@@ -214,6 +227,18 @@ void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
   if (shut_) return;
   if (!receiving_) return fail("controller: malformed message: PAYLOAD where none was due");
   Op& op = queue_.back();
+  if (op.program_due > 0 && bytes > 0) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, op.program_due));
+    const auto* at = reinterpret_cast<const std::byte*>(from);
+    try {
+      op.program.emplace_back(at, at + n);
+    } catch (const std::bad_alloc&) {
+      return fail("cannot hold a program of " + std::to_string(op.program_due) + " more bytes");
+    }
+    op.program_due -= n;
+    from += n;
+    bytes -= n;
+  }
   while (bytes > 0) {
     if (op.complete()) {
       return fail("controller: malformed message: PAYLOAD beyond the bytes of its " +
@@ -315,7 +340,7 @@ void AgentWork::open(const Open& m) {
     if (kind == m.kind) opener = &fn;
   }
   if (opener == nullptr) {
-    answer.why = "serves no devices of kind " + m.kind;
+    answer.why = "serves no devices of kind " + printable(m.kind);
     controller_->send(answer);
     return;
   }
@@ -411,9 +436,9 @@ void AgentWork::load(const Load& m, Op& op) {
   };
   auto loading = std::make_shared<Loading>();
   off_loop(
-      [loading, device = *d, bytes = std::move(op.program)]() mutable {
+      [loading, device = *d, pieces = std::move(op.program)]() mutable {
         try {
-          auto program = Program::parse(std::move(bytes));
+          auto program = Program::parse(joined(std::move(pieces)));
           if (!program) {
             loading->why = clamp_reason(program.error());
             return;

@@ -98,10 +98,13 @@ class AgentWork {
     Message message;
     std::vector<Buffer> staged;              // a SUBMIT's copies from the controller, in part order
     std::vector<std::span<std::byte>> fill;  // where PAYLOAD bytes go, in order
-    std::vector<std::byte> program;          // a LOAD's program
+    // A LOAD's program, in the pieces it came in: held only as its bytes arrive, never ahead of
+    // them at the size the LOAD declares (joined into one off the loop, at the load).
+    std::vector<std::vector<std::byte>> program;
+    std::uint64_t program_due = 0;  // the program's bytes still to come
     std::size_t fill_index = 0;
     std::size_t fill_done = 0;
-    bool complete() const { return fill_index == fill.size(); }
+    bool complete() const { return fill_index == fill.size() && program_due == 0; }
   };
   // The submission whose work runs now.
   struct Running {
