@@ -228,12 +228,14 @@ void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
   if (!receiving_) return fail("controller: malformed message: PAYLOAD where none was due");
   Op& op = queue_.back();
   if (op.program_due > 0 && bytes > 0) {
+    assert(from != nullptr);  // a program's bytes are never placed by a sink (payload_sink)
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, op.program_due));
     const auto* at = reinterpret_cast<const std::byte*>(from);
     try {
       op.program.emplace_back(at, at + n);
     } catch (const std::bad_alloc&) {
-      return fail("cannot hold a program of " + std::to_string(op.program_due) + " more bytes");
+      return fail("cannot hold a program of " + std::to_string(std::get<Load>(op.message).bytes) +
+                  " bytes");
     }
     op.program_due -= n;
     from += n;
