@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -66,6 +67,56 @@ std::string find_line(const std::vector<std::string>& lines, const std::string& 
   return "(no line with '" + needle + "')";
 }
 
+// What the agent sent while the hand-made controller trickled PAYLOAD bytes of the message before.
+struct Trickle {
+  std::size_t sent = 0;  // PAYLOAD bytes
+  long heartbeats = 0;
+  double longest_gap_s = 0;  // between two frames from the agent
+  std::string other;         // the first frame that was not a heartbeat, if one came
+};
+
+// For `seconds` (twice the agent's silence rule, scaled), 64 KiB of PAYLOAD and a heartbeat every
+// 50 ms, while every frame from the agent is read.
+Trickle trickle(FakeController& c, double seconds) {
+  const std::vector<std::uint8_t> piece(64 * 1024, 0x5a);
+  std::vector<std::uint8_t> header(rig::remote::frame_header_bytes);
+  rig::remote::write_frame_header(std::span<std::uint8_t, rig::remote::frame_header_bytes>(header),
+                                  rig::remote::Payload::type, piece.size());
+  Trickle out;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last_heard = t0;
+  while (rig::test::seconds_since(t0) < seconds) {
+    rig::test::FakeAgent::send_all(c.s, header);
+    rig::test::FakeAgent::send_all(c.s, piece);
+    out.sent += piece.size();
+    c.send(rig::remote::Heartbeat{});
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (std::chrono::steady_clock::now() < until) {
+      pollfd p{c.s, POLLIN, 0};
+      if (::poll(&p, 1, 10) != 1) continue;
+      std::uint8_t buf[4096];
+      const ssize_t n = ::read(c.s, buf, sizeof buf);
+      if (n <= 0) return out;
+      c.d.feed({buf, static_cast<std::size_t>(n)});
+      for (auto f = c.d.next(); f && f->has_value(); f = c.d.next()) {
+        auto m = rig::remote::decode(**f);
+        if (!m) return out;
+        if (!std::holds_alternative<rig::remote::Heartbeat>(*m)) {
+          out.other = std::string(std::visit([](const auto& x) { return x.name; }, *m));
+          if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) out.other += ": " + abort->reason;
+          return out;
+        }
+        ++out.heartbeats;
+        const auto now = std::chrono::steady_clock::now();
+        out.longest_gap_s =
+            std::max(out.longest_gap_s, std::chrono::duration<double>(now - last_heard).count());
+        last_heard = now;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -116,57 +167,16 @@ TEST_CASE(
   c.start("me");
   const long before_kib = rig::test::proc_status_kib(job, "VmRSS");
   c.send(rig::remote::Load{0, rig::remote::program_bytes_max});
-  // A trickle of the program, and heartbeats, for twice the agent's silence rule: 64 KiB every
-  // 50 ms. Meanwhile every frame from the agent is a heartbeat, none further apart than a few of
-  // its intervals (100 ms).
-  const std::vector<std::uint8_t> piece(64 * 1024, 0x5a);
-  std::vector<std::uint8_t> header(rig::remote::frame_header_bytes);
-  rig::remote::write_frame_header(std::span<std::uint8_t, rig::remote::frame_header_bytes>(header),
-                                  rig::remote::Payload::type, piece.size());
-  const auto t0 = std::chrono::steady_clock::now();
-  auto last_heard = t0;
-  double longest_gap_s = 0;
-  long heartbeats = 0;
-  std::size_t sent = 0;
-  while (rig::test::seconds_since(t0) < 2.0) {
-    rig::test::FakeAgent::send_all(c.s, header);
-    rig::test::FakeAgent::send_all(c.s, piece);
-    sent += piece.size();
-    c.send(rig::remote::Heartbeat{});
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-    while (std::chrono::steady_clock::now() < until) {
-      pollfd p{c.s, POLLIN, 0};
-      if (::poll(&p, 1, 10) != 1) continue;
-      std::uint8_t buf[4096];
-      const ssize_t n = ::read(c.s, buf, sizeof buf);
-      REQUIRE(n > 0);
-      c.d.feed({buf, static_cast<std::size_t>(n)});
-      for (auto f = c.d.next(); f && f->has_value(); f = c.d.next()) {
-        auto m = rig::remote::decode(**f);
-        REQUIRE(m.ok());
-        const bool heartbeat = std::holds_alternative<rig::remote::Heartbeat>(*m);
-        CHECK_MESSAGE(heartbeat, "the agent sent "
-                                     << std::visit([](const auto& x) { return x.name; }, *m)
-                                     << (std::holds_alternative<rig::remote::Abort>(*m)
-                                             ? ": " + std::get<rig::remote::Abort>(*m).reason
-                                             : std::string()));
-        if (!heartbeat) return;
-        ++heartbeats;
-        const auto now = std::chrono::steady_clock::now();
-        longest_gap_s =
-            std::max(longest_gap_s, std::chrono::duration<double>(now - last_heard).count());
-        last_heard = now;
-      }
-    }
-  }
+  const Trickle t = trickle(c, 2.0);
   const long peak_kib = rig::test::proc_status_kib(job, "VmHWM");
-  MESSAGE("sent " << sent / 1024 << " KiB of a 4 GiB program; the job process's RSS " << before_kib
-                  << " KiB before, peak " << peak_kib << " KiB; " << heartbeats
-                  << " heartbeats, the longest gap " << longest_gap_s << " s");
+  MESSAGE("sent " << t.sent / 1024 << " KiB of a 4 GiB program; the job process's RSS "
+                  << before_kib << " KiB before, peak " << peak_kib << " KiB; " << t.heartbeats
+                  << " heartbeats, the longest gap " << t.longest_gap_s << " s");
+  CHECK(t.other == "");
   // What it holds grows by what came (about 2.5 MiB), not by what the LOAD announced.
   CHECK(peak_kib < before_kib + 32 * 1024);
-  CHECK(heartbeats >= 10);
-  CHECK(longest_gap_s < 0.5 * rig::test::sanitizer_slowdown);
+  CHECK(t.heartbeats >= 10);
+  CHECK(t.longest_gap_s < 0.5 * rig::test::sanitizer_slowdown);
   // The controller goes away in the middle of the program: the agent's connection ended without a
   // close.
   rig::test::end_and_drain(c.s);
@@ -174,4 +184,61 @@ TEST_CASE(
   const auto end = a.job_end(1);
   REQUIRE(end.has_value());
   CHECK(end->ends_with(": job 1: failed controller: closed its connection"));
+}
+
+TEST_CASE(
+    "a SUBMIT that announces a 1 GiB copy from the controller and sends a trickle: the agent "
+    "takes one piece of staging, not the copy's size") {
+  const std::string key_file = make_key_file("peer-submit");
+  Rigd a = scaled_rigd(key_file);
+  const pid_t job = a.job_pid(1);
+  FakeController c(a.port, load_key(key_file), "me");
+  c.start("me");
+  const long before_kib = rig::test::proc_status_kib(job, "VmSize");
+  rig::remote::Submit submit{0, 1, {}};
+  rig::remote::WirePart copy;
+  copy.kind = rig::remote::WirePart::copy;
+  copy.dst = 1;  // memory the job does not hold: the copy never gets its turn
+  copy.src = 0;
+  copy.bytes = std::uint64_t{1} << 30;
+  submit.parts.push_back(copy);
+  c.send(submit);
+  const Trickle t = trickle(c, 2.0);
+  const long peak_kib = rig::test::proc_status_kib(job, "VmPeak");
+  MESSAGE("sent " << t.sent / 1024 << " KiB of a 1 GiB copy; the job process's address space "
+                  << before_kib << " KiB before, peak " << peak_kib << " KiB; " << t.heartbeats
+                  << " heartbeats");
+  CHECK(t.other == "");
+  // The first piece (staging_piece_bytes_min, 64 MiB), with room to spare, not 1 GiB.
+  CHECK(peak_kib < before_kib + 256 * 1024);
+  CHECK(t.heartbeats >= 10);
+  rig::test::end_and_drain(c.s);
+  c.s = -1;
+  const auto end = a.job_end(1);
+  REQUIRE(end.has_value());
+  CHECK(end->ends_with(": job 1: failed controller: closed its connection"));
+}
+
+TEST_CASE("a copy larger than one staging piece arrives whole, both ways") {
+  const std::string key_file = make_key_file("peer-pieces");
+  Rigd a(key_file);
+  auto job = rig::remote::connect(load_key(key_file), {a.address()});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  auto sims = rig::remote::devices(job->hosts()[0], "SIM");
+  REQUIRE(sims.ok());
+  // Three pieces on the agent: 64 MiB, 64 MiB, and the rest, with a tail of 3 bytes.
+  const std::size_t bytes = (std::size_t{150} << 20) + 3;
+  std::vector<std::uint8_t> sent(bytes), back(bytes, 0);
+  std::uint32_t x = 12345;
+  for (auto& b : sent) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<std::uint8_t>(x >> 24);
+  }
+  rig::Buffer there = rig::Buffer::make((*sims)[0], bytes);
+  rig::copy(there, rig::Buffer::borrow(sent.data(), bytes));
+  rig::copy(rig::Buffer::borrow(back.data(), bytes), there).wait();
+  CHECK(std::equal(sent.begin(), sent.end(), back.begin()));
+  there = rig::Buffer();
+  job->close();
+  CHECK_FALSE(job->failed().has_value());
 }
