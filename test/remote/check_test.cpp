@@ -3,13 +3,21 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "remote/io/address.hpp"
+#include "remote/support.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/process.hpp"
+#include "support/wire_peer.hpp"
 
 using rig::test::Process;
 using rig::test::Rigd;
@@ -63,6 +71,59 @@ std::regex sim_line(int index, const std::string& machine) {
   return std::regex("SIM:" + std::to_string(index) + "@" + quoted(machine) +
                     R"( +arch sim +budget +1024 MiB  copy of 1048581 bytes there and back )"
                     R"(median \d+\.\d\d ms, max \d+\.\d\d ms, every byte checked)");
+}
+
+// An agent played by hand for one rig check: it answers each round trip to its host, each OPEN
+// with `opened_why` (no devices) and the CLOSE; with `answer_submits` false it answers no round
+// trip, so the check waits on its first. Runs on a thread of its own until the check's connection
+// ends.
+struct ScriptedAgent {
+  rig::test::FakeAgent agent;
+  std::thread t;
+  ScriptedAgent(const rig::remote::Key& key, std::string opened_why, bool answer_submits)
+      : t([this, key, why = std::move(opened_why), answer_submits] {
+          rig::remote::FrameDecoder d;
+          const int s = rig::test::accept_job(agent, key, d);
+          for (;;) {
+            auto f = d.next();
+            if (!f) break;
+            if (!f->has_value()) {
+              pollfd p{s, POLLIN, 0};
+              // Alive while it answers nothing: a heartbeat every 100 ms.
+              if (::poll(&p, 1, 100) == 0) {
+                rig::test::send_message(s, rig::remote::Heartbeat{});
+                continue;
+              }
+              std::uint8_t buf[4096];
+              const ssize_t n = ::read(s, buf, sizeof buf);
+              if (n <= 0) break;
+              d.feed({buf, static_cast<std::size_t>(n)});
+              continue;
+            }
+            auto m = rig::remote::decode(**f);
+            if (!m) break;
+            if (const auto* sub = std::get_if<rig::remote::Submit>(&*m)) {
+              if (answer_submits) {
+                rig::test::send_message(s, rig::remote::Reached{sub->device, sub->value});
+              }
+            } else if (std::holds_alternative<rig::remote::Open>(*m)) {
+              rig::test::send_message(s, rig::remote::Opened{why, {}, {}});
+            } else if (std::holds_alternative<rig::remote::Close>(*m)) {
+              rig::test::send_message(s, rig::remote::Closed{});
+              break;
+            }
+          }
+          rig::test::end_and_drain(s);
+        }) {}
+  ~ScriptedAgent() { t.join(); }
+  std::string name() const { return agent.name(); }
+};
+
+std::string file_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace
@@ -176,4 +237,88 @@ TEST_CASE("rig check reports a job that does not start, and exits 1") {
   CHECK(c.status == 1);
   CHECK(c.lines == std::vector<std::string>{"rig check: the job did not start: " + a.name() +
                                             ": holds another key"});
+}
+
+TEST_CASE("rig check prints an agent's answer that would forge lines escaped, on one line") {
+  const auto key_file = rig::test::make_key_file("check-forged");
+  Checked c;
+  std::string name;
+  {
+    ScriptedAgent a(rig::test::load_key(key_file), "none\nrig check: all good\x1b[2J", true);
+    name = a.name();
+    c = rig_check_names(key_file, {name});
+  }
+  INFO(joined(c.lines));
+  CHECK(c.status == 1);
+  REQUIRE(c.lines.size() == 5);
+  CHECK(std::regex_match(c.lines[1], host_line(name)));
+  // Both kinds asked: SIM and CUDA, each answered with the same text.
+  for (int i : {2, 3}) {
+    CHECK(c.lines[i] == "rig check: " + name + ": none\\nrig check: all good\\x1b[2J");
+  }
+  CHECK(c.lines[4] == "closed; 2 checks failed");
+}
+
+TEST_CASE(
+    "rig check interrupted with its output on a file leaves every line it printed, and says "
+    "so") {
+  const auto key_file = rig::test::make_key_file("check-interrupted");
+  rig::remote::test::ScratchDir dir;
+  const std::string out = dir.file("check.out");
+  // The check's first round trip to the host is never answered: it waits there.
+  ScriptedAgent a(rig::test::load_key(key_file), "", false);
+  Process p({"/bin/sh", "-c", "exec \"$0\" check --key \"$1\" \"$2\" > \"$3\"",
+             rig::test::env("RIG_RIG"), key_file, a.name(), out});
+  // Its first line is out once the job has started.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (file_text(out).find('\n') == std::string::npos && rig::test::seconds_since(t0) < 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  p.signal(SIGINT);
+  REQUIRE(p.wait_for(5000));
+  const int status = p.wait();
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGINT);
+  const std::string text = file_text(out);
+  INFO(text);
+  CHECK(
+      std::regex_match(text, std::regex("job started in \\d+\\.\\d ms\nrig check: interrupted\n")));
+}
+
+TEST_CASE(
+    "rigd's --listen takes only a real HOST:PORT, and at [::] prints a line rig check dials") {
+  const auto key = rig::test::make_key_file("check-listen");
+  struct Case {
+    std::string listen;
+    std::string why;
+  };
+  for (const Case& c :
+       {Case{":0", "no address"}, Case{":+0", "no address"}, Case{": 0", "no address"},
+        Case{"127.0.0.1:", "port '' is not a number from 0 to 65535"},
+        Case{"127.0.0.1:+0", "port '+0' is not a number from 0 to 65535"},
+        Case{"127.0.0.1: 0", "port ' 0' is not a number from 0 to 65535"}}) {
+    CAPTURE(c.listen);
+    Process rigd({rig::test::env("RIG_RIGD"), "--key", key, "--listen", c.listen});
+    CHECK(rigd.err_line() == "rigd: --listen takes HOST:PORT, not '" + c.listen + "': " + c.why);
+    REQUIRE(rigd.wait_for(5000));
+    const int status = rigd.wait();
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+  }
+  // Every address, IPv6 and IPv4: the line names it in brackets, and the port it prints is the one
+  // a check then reaches at the IPv6 loopback.
+  Process rigd({rig::test::env("RIG_RIGD"), "--key", key, "--listen", "[::]:0"});
+  const auto line = rigd.line(5000);
+  if (!line) {
+    MESSAGE("no IPv6 here: " << rigd.err_line(1000).value_or(""));
+    return;
+  }
+  REQUIRE(std::regex_match(*line, std::regex(R"(listening \[::\]:\d+)")));
+  const auto at = rig::remote::parse_listening_line(*line);
+  REQUIRE(at.ok());
+  CHECK(at->host == "::");
+  const Checked c = rig_check_names(key, {rig::remote::address_text("::1", at->port)});
+  INFO(joined(c.lines));
+  CHECK(c.status == 0);
+  CHECK(c.lines.back() == "closed; every agent answered and every byte came back");
 }

@@ -238,3 +238,17 @@ TEST_CASE("rig run: a controller stopped when its agents end is killed 1.1 s aft
   if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
   CHECK(run.agents_left().empty());
 }
+
+TEST_CASE("rig run: a report line that would drive the terminal is printed escaped") {
+  // A controller that writes its own end line, with an escape code that would clear the screen.
+  RigRun run(
+      "forged-report", 1, {},
+      {"/bin/bash", "-c", "printf 'failed bad\\033[2J\\n' >&\"$RIG_REMOTE_REPORT\"; exit 1"});
+  const auto [out, ended] = run.end_within(5.0 * sanitizer_slowdown);
+  CHECK(ended);
+  CHECK(out ==
+        "rig run: controller failed bad\\x1b[2J\n"
+        "rig run: agent0     stopped, as the job did not start\n"
+        "rig run: the job failed: bad\\x1b[2J\n");
+  CHECK(run.agents_left().empty());
+}

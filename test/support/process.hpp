@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -112,5 +113,16 @@ class Process {
   int status_ = 0;
   bool reaped_ = false;
 };
+
+// A "NAME:  N kB" field of /proc/PID/status (VmRSS, VmHWM: the resident set now and at its
+// peak), in KiB; -1 if the process or the field is not there.
+inline long proc_status_kib(pid_t pid, const std::string& field) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.starts_with(field + ":")) return std::stol(line.substr(field.size() + 1));
+  }
+  return -1;
+}
 
 }  // namespace rig::test

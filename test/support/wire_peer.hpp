@@ -1,6 +1,7 @@
 // Peers that speak rig's protocol by hand on raw loopback sockets, for the fault tests: a fake
-// agent that proves the key, frame readers, an orderly end, another process's socket taken over,
-// and a peer that stops reading while the controller sends (the send-progress rule).
+// agent that proves the key, a fake controller that dials one, frame readers, an orderly end,
+// another process's socket taken over, and a peer that stops reading while the controller sends
+// (the send-progress rule).
 #pragma once
 
 #include <arpa/inet.h>
@@ -76,6 +77,70 @@ struct FakeAgent {
       REQUIRE(n > 0);
       off += static_cast<std::size_t>(n);
     }
+  }
+};
+
+// A controller played by hand: dials an agent at 127.0.0.1:port and proves `key` to it, naming the
+// agent `agent_name` (any bytes, as a hostile controller may). Owner: the test; one thread.
+struct FakeController {
+  int s = -1;
+  rig::remote::FrameDecoder d;  // what came after the handshake
+
+  FakeController(int port, const rig::remote::Key& key, const std::string& agent_name) {
+    s = connect_loopback(port);
+    auto hs = rig::remote::Handshake::dialer(
+        key, {rig::remote::Role::controller, "controller", rig::remote::new_job_id(), agent_name,
+              rig::remote::new_instance_id()});
+    std::uint8_t buf[4096];
+    while (!hs.done()) {
+      const ssize_t n = ::read(s, buf, sizeof buf);
+      REQUIRE(n > 0);
+      const std::size_t took = hs.feed({buf, static_cast<std::size_t>(n)});
+      FakeAgent::send_all(s, hs.take_output());
+      if (took < static_cast<std::size_t>(n)) d.feed({buf + took, n - took});
+    }
+    REQUIRE_MESSAGE(hs.state() == rig::remote::Handshake::State::proven, hs.why());
+  }
+  ~FakeController() {
+    if (s >= 0) ::close(s);
+  }
+  FakeController(const FakeController&) = delete;
+  FakeController& operator=(const FakeController&) = delete;
+
+  void send(const rig::remote::Message& m) {
+    std::vector<std::uint8_t> bytes;
+    rig::remote::encode(m, bytes);
+    FakeAgent::send_all(s, bytes);
+  }
+  // The next message but heartbeats within `ms`, or nothing if the connection ended or none came.
+  std::optional<rig::remote::Message> next(int ms = 10'000) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    for (;;) {
+      auto f = d.next();
+      if (!f) return std::nullopt;
+      if (f->has_value()) {
+        auto m = rig::remote::decode(**f);
+        if (!m) return std::nullopt;
+        if (!std::holds_alternative<rig::remote::Heartbeat>(*m)) return std::move(*m);
+        continue;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            until - std::chrono::steady_clock::now())
+                            .count();
+      pollfd p{s, POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) != 1) return std::nullopt;
+      std::uint8_t buf[4096];
+      const ssize_t n = ::read(s, buf, sizeof buf);
+      if (n <= 0) return std::nullopt;
+      d.feed({buf, static_cast<std::size_t>(n)});
+    }
+  }
+  // JOIN as the job's one agent, named as in the handshake, and the agent's READY.
+  void start(const std::string& agent_name) {
+    send(rig::remote::Join{agent_name, {agent_name}, {"127.0.0.1:1"}});
+    auto ready = next();
+    REQUIRE(ready.has_value());
+    REQUIRE(std::holds_alternative<rig::remote::Ready>(*ready));
   }
 };
 

@@ -4,6 +4,9 @@
 // host, opens every device kind each agent serves, copies a buffer to each device and back and
 // checks every byte, prints what it found with the times, and closes the job. Exits 0 if every
 // check passed and the job closed, 1 otherwise (each failure named), 2 on usage errors.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -95,6 +98,17 @@ const char* const check_usage =
     "  every device each agent serves and back, checking every byte, prints what it found and\n"
     "  closes the job. Exits 1 if any check fails.\n";
 
+// Ctrl-C (or a SIGTERM) ends the check at once, as the signal would, after saying so: stdout is
+// line-buffered (below), so every line printed before it is out already, even on a file or a
+// pipe, where stdio would otherwise hold it until an exit that the signal never lets come.
+constexpr char interrupted_line[] = "rig check: interrupted\n";
+
+void on_interrupt(int sig) {
+  (void)!write(STDOUT_FILENO, interrupted_line, sizeof interrupted_line - 1);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int usage(const std::string& why) {
   std::fprintf(stderr, "rig check: %s\n%s", why.c_str(), check_usage);
   return rig::cli::exit_usage;
@@ -125,6 +139,13 @@ int cmd_check(std::span<char*> args) {
   if (!key) {
     std::fprintf(stderr, "rig check: %s\n", key.error().c_str());
     return rig::cli::exit_usage;
+  }
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  for (const int sig : {SIGINT, SIGTERM}) {
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<rig::Result<rig::remote::Job>> job;

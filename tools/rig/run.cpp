@@ -37,6 +37,7 @@
 #include "process.hpp"
 #include "remote/io/address.hpp"
 #include "remote/io/timing.hpp"
+#include "remote/wire/printable.hpp"
 
 namespace {
 
@@ -111,10 +112,11 @@ struct Member {
   bool started() const {
     return std::ranges::any_of(lines_of(report), [](std::string_view l) { return l == "started"; });
   }
-  // Its end line ("closed" or "failed WHY"), or nothing.
+  // Its end line ("closed" or "failed WHY"), or nothing; escaped if it is not printable already,
+  // as a process's reasons are (rig run prints it).
   std::optional<std::string> end_line() const {
     for (std::string_view l : lines_of(report)) {
-      if (l == "closed" || l.starts_with(failed_prefix)) return std::string(l);
+      if (l == "closed" || l.starts_with(failed_prefix)) return rig::remote::printable_once(l);
     }
     return std::nullopt;
   }

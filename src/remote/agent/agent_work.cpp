@@ -14,6 +14,7 @@
 #include "remote/io/guard.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
+#include "remote/wire/printable.hpp"
 #include "rig/program.hpp"
 
 namespace rig::remote {
@@ -33,6 +34,21 @@ std::int64_t now_us() {
 
 std::string_view name_of(const Message& m) {
   return std::visit([](const auto& x) { return x.name; }, m);
+}
+
+// A program's pieces as one: each piece is let go once copied, so that the whole is held about
+// once (the reserve touches no page ahead of the copies).
+std::vector<std::byte> joined(std::vector<std::vector<std::byte>> pieces) {
+  if (pieces.size() == 1) return std::move(pieces.front());
+  std::size_t total = 0;
+  for (const auto& p : pieces) total += p.size();
+  std::vector<std::byte> out;
+  out.reserve(total);
+  for (auto& p : pieces) {
+    out.insert(out.end(), p.begin(), p.end());
+    std::vector<std::byte>().swap(p);
+  }
+  return out;
 }
 
 }  // namespace
@@ -109,7 +125,8 @@ void AgentWork::shut() {
 
 void AgentWork::fail(const std::string& cause) {
   if (shut_) return;
-  fail_(cause);
+  // A refusal of this machine's rig may quote the controller's bytes (a run's entry name).
+  fail_(printable_once(cause));
 }
 
 Device* AgentWork::device(std::uint32_t id, std::string_view message) {
@@ -171,29 +188,18 @@ void AgentWork::message(Message&& m) {
   }
   Op op;
   if (const auto* s = std::get_if<Submit>(&m)) {
-    // Copies from the controller's memory: their bytes follow as PAYLOAD, staged until the
-    // submission's turn (earlier work may still use the destination).
+    // Copies from the controller's memory: their bytes follow as PAYLOAD, staged as they come
+    // until the submission's turn (earlier work may still use the destination).
     for (const WirePart& p : s->parts) {
       if (p.kind != WirePart::copy || p.src != 0 || p.bytes == 0) continue;
-      try {
-        Buffer b = staging_->take(p.bytes);
-        op.fill.push_back(b.access().first(p.bytes));
-        op.staged.push_back(std::move(b));
-      } catch (const std::exception& e) {
-        return fail(std::string("cannot stage a copy from the controller: ") + e.what());
-      }
+      op.staged.push_back(Staged{p.bytes, 0, {}, 0});
     }
   } else if (const auto* l = std::get_if<Load>(&m)) {
     if (l->bytes > program_bytes_max) {
       return fail("controller: malformed message: LOAD of " + std::to_string(l->bytes) +
                   " bytes, over the maximum " + std::to_string(program_bytes_max));
     }
-    try {
-      op.program.resize(l->bytes);
-    } catch (const std::bad_alloc&) {
-      return fail("cannot hold a program of " + std::to_string(l->bytes) + " bytes");
-    }
-    if (!op.program.empty()) op.fill.emplace_back(op.program.data(), op.program.size());
+    op.program_due = l->bytes;
   }
   op.message = std::move(m);
   receiving_ = !op.complete();
@@ -201,36 +207,68 @@ void AgentWork::message(Message&& m) {
   pump();
 }
 
+std::optional<std::string> AgentWork::room_for_bytes(Staged& s) {
+  if (!s.pieces.empty() && s.last_filled < s.pieces.back().second) return std::nullopt;
+  const std::uint64_t piece = std::min<std::uint64_t>(
+      s.bytes - s.received, std::max<std::uint64_t>(staging_piece_bytes_min, s.received));
+  try {
+    s.pieces.emplace_back(staging_->take(static_cast<std::size_t>(piece)),
+                          static_cast<std::size_t>(piece));
+  } catch (const std::exception& e) {
+    return std::string("cannot stage a copy from the controller: ") + e.what();
+  }
+  s.last_filled = 0;
+  return std::nullopt;
+}
+
 std::span<std::uint8_t> AgentWork::payload_sink(std::size_t bytes) {
   if (shut_ || !receiving_) return {};
   Op& op = queue_.back();
-  if (op.complete()) return {};
-  const auto to = op.fill[op.fill_index];
-  if (to.size() - op.fill_done < bytes) return {};  // runs across copies: through payload()
-  return {reinterpret_cast<std::uint8_t*>(to.data()) + op.fill_done, bytes};
+  // A program's piece is made only once its bytes are here: no sink for it.
+  if (op.complete() || op.program_due > 0) return {};
+  Staged& s = op.staged[op.staging];
+  // A piece that cannot be taken now fails the job from payload(), which tries again.
+  if (room_for_bytes(s)) return {};
+  auto& [buffer, length] = s.pieces.back();
+  if (length - s.last_filled < bytes) return {};  // runs across pieces or copies: payload()
+  return {reinterpret_cast<std::uint8_t*>(buffer.access().data()) + s.last_filled, bytes};
 }
 
 void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
   if (shut_) return;
   if (!receiving_) return fail("controller: malformed message: PAYLOAD where none was due");
   Op& op = queue_.back();
+  if (op.program_due > 0 && bytes > 0) {
+    assert(from != nullptr);  // a program's bytes are never placed by a sink (payload_sink)
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, op.program_due));
+    const auto* at = reinterpret_cast<const std::byte*>(from);
+    try {
+      op.program.emplace_back(at, at + n);
+    } catch (const std::bad_alloc&) {
+      return fail("cannot hold a program of " + std::to_string(std::get<Load>(op.message).bytes) +
+                  " bytes");
+    }
+    op.program_due -= n;
+    from += n;
+    bytes -= n;
+  }
   while (bytes > 0) {
     if (op.complete()) {
       return fail("controller: malformed message: PAYLOAD beyond the bytes of its " +
                   std::string(name_of(op.message)));
     }
-    auto to = op.fill[op.fill_index];
-    const std::size_t n = std::min(bytes, to.size() - op.fill_done);
+    Staged& s = op.staged[op.staging];
+    if (auto why = room_for_bytes(s)) return fail(*why);
+    auto& [buffer, length] = s.pieces.back();
+    const std::size_t n = std::min(bytes, length - s.last_filled);
     if (from != nullptr) {
-      std::memcpy(to.data() + op.fill_done, from, n);
+      std::memcpy(buffer.access().data() + s.last_filled, from, n);
       from += n;
     }
     bytes -= n;
-    op.fill_done += n;
-    if (op.fill_done == to.size()) {
-      ++op.fill_index;
-      op.fill_done = 0;
-    }
+    s.last_filled += n;
+    s.received += n;
+    if (s.received == s.bytes) ++op.staging;
   }
   if (op.complete()) {
     receiving_ = false;
@@ -283,7 +321,11 @@ void AgentWork::helper_returned() {
 
 void AgentWork::apply(Op& op) {
   Message& m = op.message;
-  if (const auto* s = std::get_if<Submit>(&m)) return submit(*s, op);
+  if (const auto* s = std::get_if<Submit>(&m)) {
+    const bool pieces = std::any_of(op.staged.begin(), op.staged.end(),
+                                    [](const Staged& st) { return st.pieces.size() > 1; });
+    return pieces ? join_staged(op) : submit(*s, op);
+  }
   if (const auto* o = std::get_if<Open>(&m)) return open(*o);
   if (const auto* k = std::get_if<Make>(&m)) return make(*k);
   if (const auto* l = std::get_if<Load>(&m)) return load(*l, op);
@@ -315,7 +357,7 @@ void AgentWork::open(const Open& m) {
     if (kind == m.kind) opener = &fn;
   }
   if (opener == nullptr) {
-    answer.why = "serves no devices of kind " + m.kind;
+    answer.why = "serves no devices of kind " + printable(m.kind);
     controller_->send(answer);
     return;
   }
@@ -411,9 +453,9 @@ void AgentWork::load(const Load& m, Op& op) {
   };
   auto loading = std::make_shared<Loading>();
   off_loop(
-      [loading, device = *d, bytes = std::move(op.program)]() mutable {
+      [loading, device = *d, pieces = std::move(op.program)]() mutable {
         try {
-          auto program = Program::parse(std::move(bytes));
+          auto program = Program::parse(joined(std::move(pieces)));
           if (!program) {
             loading->why = clamp_reason(program.error());
             return;
@@ -442,6 +484,57 @@ void AgentWork::load(const Load& m, Op& op) {
       });
 }
 
+void AgentWork::join_staged(Op& op) {
+  // The copies staged in several pieces go to the helper thread, and come back as one buffer each.
+  struct Joining {
+    std::vector<std::vector<std::pair<Buffer, std::size_t>>> pieces;  // per staged copy
+    std::vector<std::optional<Buffer>> joined;
+    std::string short_of;
+  };
+  auto joining = std::make_shared<Joining>();
+  for (Staged& st : op.staged) {
+    joining->pieces.push_back(st.pieces.size() > 1 ? std::move(st.pieces)
+                                                   : std::vector<std::pair<Buffer, std::size_t>>{});
+    joining->joined.emplace_back();
+  }
+  auto waiting = std::make_shared<Op>(std::move(op));
+  off_loop(
+      [joining] {
+        for (std::size_t i = 0; i < joining->pieces.size(); ++i) {
+          auto& pieces = joining->pieces[i];
+          if (pieces.empty()) continue;
+          std::size_t total = 0;
+          for (const auto& piece : pieces) total += piece.second;
+          try {
+            Buffer whole = Buffer::make(rig::host(), total);
+            std::size_t at = 0;
+            for (auto& [buffer, bytes] : pieces) {
+              std::memcpy(whole.access().data() + at, buffer.access().data(), bytes);
+              at += bytes;
+              buffer = Buffer();  // let go as it goes, so the copy is held about once
+            }
+            joining->joined[i] = std::move(whole);
+          } catch (const std::exception& e) {
+            joining->short_of = e.what();
+            return;
+          }
+        }
+      },
+      [this, joining, waiting] {
+        if (!joining->short_of.empty()) {
+          return fail("cannot stage a copy from the controller: " + joining->short_of);
+        }
+        for (std::size_t i = 0; i < waiting->staged.size(); ++i) {
+          Staged& st = waiting->staged[i];
+          if (!joining->joined[i]) continue;
+          st.pieces.clear();
+          st.pieces.emplace_back(std::move(*joining->joined[i]),
+                                 static_cast<std::size_t>(st.bytes));
+        }
+        submit(std::get<Submit>(waiting->message), *waiting);
+      });
+}
+
 void AgentWork::submit(const Submit& m, Op& op) {
   Device* d = device(m.device, "SUBMIT");
   if (d == nullptr) return;
@@ -459,7 +552,7 @@ void AgentWork::submit(const Submit& m, Op& op) {
       Copy c;
       c.bytes = p.bytes;
       if (p.src == 0) {
-        c.src = op.staged[staged++];
+        c.src = op.staged[staged++].pieces.front().first;
       } else {
         Buffer* b = memory(p.src, "SUBMIT");
         if (b == nullptr) return;
@@ -522,7 +615,9 @@ void AgentWork::submit(const Submit& m, Op& op) {
   } catch (const std::exception& e) {
     return fail(e.what());  // refused by this machine's rig, out of memory, or a lost device
   }
-  run.staged = std::move(op.staged);
+  for (Staged& st : op.staged) {
+    for (auto& piece : st.pieces) run.staged.push_back(std::move(piece.first));
+  }
   running_ = std::move(run);
   check_running();
   if (running_) watch();

@@ -18,18 +18,27 @@
 
 #include "remote/io/connection.hpp"
 #include "remote/io/reactor.hpp"
+#include "remote/limits.hpp"
 #include "remote/wire/messages.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
 
 namespace rig::remote {
 
+// A copy from the controller's memory is staged as its bytes arrive, in pieces: the first of up to
+// this much, each later one as large as all that came before it. A SUBMIT's declared size thus
+// makes an agent take at most this much, or as much again as has come, ahead of the bytes. A copy
+// within the bound that flow control keeps in flight is one piece, as before; a larger one is
+// joined into one buffer off the loop once all of it has come.
+inline constexpr std::size_t staging_piece_bytes_min = inflight_bytes_max;
+
 struct Helper;
 
 // Owner: the agent's job (AgentProtocol), on serve's stack. Threads: the loop thread (serve's
 // caller), but for one helper thread (started at the first call it takes) that runs, one at a
-// time, what may take long: an opener, a buffer's make, a program's load, and the sleep on a
-// device's timeline once polling has not seen a submission's work done. It wakes the loop when
+// time, what may take long: an opener, a buffer's make, a program's load, the join of a copy
+// staged in several pieces, and the sleep on a device's timeline once polling has not seen a
+// submission's work done. It wakes the loop when
 // the call returns, so that heartbeats, handshakes and aborts go on meanwhile. Lifetime: the
 // job's; shut() closes its handles before the loop ends. The helper thread holds only what its
 // call captured: a call still running when the job ends goes on there, and what it returns is
@@ -93,15 +102,24 @@ class AgentWork {
   }
 
  private:
+  // A SUBMIT's copy from the controller's memory, staged in pieces as its bytes arrive
+  // (staging_piece_bytes_min says how large): each a staging buffer and the copy's bytes it holds.
+  struct Staged {
+    std::uint64_t bytes = 0;  // the copy's, as the SUBMIT declares
+    std::uint64_t received = 0;
+    std::vector<std::pair<Buffer, std::size_t>> pieces;
+    std::size_t last_filled = 0;  // of the last piece
+  };
   // A message waiting its turn, with the bytes staged for it.
   struct Op {
     Message message;
-    std::vector<Buffer> staged;              // a SUBMIT's copies from the controller, in part order
-    std::vector<std::span<std::byte>> fill;  // where PAYLOAD bytes go, in order
-    std::vector<std::byte> program;          // a LOAD's program
-    std::size_t fill_index = 0;
-    std::size_t fill_done = 0;
-    bool complete() const { return fill_index == fill.size(); }
+    std::vector<Staged> staged;  // a SUBMIT's copies from the controller, in part order
+    std::size_t staging = 0;     // the one whose bytes come now
+    // A LOAD's program, in the pieces it came in: held only as its bytes arrive, never ahead of
+    // them at the size the LOAD declares (joined into one off the loop, at the load).
+    std::vector<std::vector<std::byte>> program;
+    std::uint64_t program_due = 0;  // the program's bytes still to come
+    bool complete() const { return staging == staged.size() && program_due == 0; }
   };
   // The submission whose work runs now.
   struct Running {
@@ -126,6 +144,11 @@ class AgentWork {
   void make(const Make& m);
   void load(const Load& m, Op& op);
   void submit(const Submit& m, Op& op);
+  // A last piece with room for the staged copy's next bytes: the one there, or a new one; the
+  // error's text if none can be taken.
+  std::optional<std::string> room_for_bytes(Staged& s);
+  // Joins each copy staged in several pieces into one buffer, off the loop, then submits.
+  void join_staged(Op& op);
   void watch();
   void check_running();
   void finish_running();

@@ -7,6 +7,7 @@
 
 #include "remote/io/address.hpp"
 #include "remote/io/tcp_transport.hpp"
+#include "remote/wire/printable.hpp"
 
 namespace rig::remote {
 
@@ -105,11 +106,12 @@ void AgentProtocol::proven(Connection& c) {
     work_.set_controller(&c);
     controller_since_ms_ = reactor_.now_ms();
     log("started by the controller at " + c.peer_address() + ", which names this agent " +
-        my_name_);
+        printable(my_name_));
     return;
   }
-  // Another agent of the job, dialed or accepted.
-  c.set_peer_name(peer.name);
+  // Another agent of the job, dialed or accepted: its name, as it gives it, is kept for matching
+  // and escaped for the causes that name its connection.
+  c.set_peer_name(printable(peer.name));
   c.tag = agent_tag;
   ++links_proven_;
   linked_.push_back(peer.name);
@@ -202,7 +204,8 @@ void AgentProtocol::on_join(const Join& join) {
     if (join.names[i] == join.you) me = i;
   }
   if (me == join.names.size()) {
-    return fail("controller: malformed message: JOIN: '" + join.you + "' is not among the names");
+    return fail("controller: malformed message: JOIN: '" + printable(join.you) +
+                "' is not among the names");
   }
   joined_ = true;
   join_ms_ = reactor_.now_ms();
@@ -210,14 +213,16 @@ void AgentProtocol::on_join(const Join& join) {
   my_name_ = join.you;
   links_expected_ = join.names.size() - 1;
   for (std::size_t i = me + 1; i < join.names.size(); ++i) {
+    // The controller's names are matched as they are, and escaped where a cause shows them.
+    const std::string shown = printable(join.names[i]);
     if (auto address = parse_address(join.addresses[i]); !address) {
-      return fail("controller: malformed message: JOIN: the address of " + join.names[i] + ": " +
+      return fail("controller: malformed message: JOIN: the address of " + shown + ": " +
                   address.error());
     }
     auto transport =
         setup_.dialer.dial(reactor_, timing_, join.names[i], join.addresses[i], nullptr);
-    if (!transport) return fail(join.names[i] + ": " + transport.error());
-    Connection& c = add_connection(join.names[i]);
+    if (!transport) return fail(shown + ": " + transport.error());
+    Connection& c = add_connection(shown);
     c.tag = dial_tag;
     DialerConfig config{Role::agent, my_name_, *job_, join.names[i], instance_};
     c.dial(std::move(*transport), Handshake::dialer(key_, config));
@@ -259,7 +264,8 @@ void AgentProtocol::tick(std::int64_t now) {
         break;
       }
     }
-    return fail(my_name_ + " and " + other + " did not connect to each other within " +
+    return fail(printable(my_name_) + " and " + printable(other) +
+                " did not connect to each other within " +
                 seconds_text(timing_.handshake_timeout_ms));
   }
 }

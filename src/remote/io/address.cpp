@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "remote/wire/printable.hpp"
+
 namespace rig::remote {
 namespace {
 
@@ -41,14 +43,14 @@ Result<HostPort> parse_address(std::string_view text, PortZero zero) {
     out.host = text.substr(0, colon);
     port = text.substr(colon + 1);
     if (out.host.find(':') != std::string::npos) {
-      return bad("an IPv6 address needs brackets, as [" + out.host + "]:PORT");
+      return bad("an IPv6 address needs brackets, as [" + printable(out.host) + "]:PORT");
     }
   }
   if (out.host.empty()) return bad("no address");
   for (unsigned char c : out.host) {
     // No name or numeric address holds one; a line's other words or a stray byte do.
     if (c <= ' ' || c == 0x7f)
-      return bad("address '" + out.host + "' holds a space or control byte");
+      return bad("address '" + printable(out.host) + "' holds a space or control byte");
   }
   const int low = zero == PortZero::allowed ? 0 : 1;
   long value = 0;
@@ -58,7 +60,7 @@ Result<HostPort> parse_address(std::string_view text, PortZero zero) {
     if (digits) value = value * 10 + (c - '0');
   }
   if (!digits || value < low || value > 65535) {
-    return bad("port '" + std::string(port) + "' is not a number from " + std::to_string(low) +
+    return bad("port '" + printable(port) + "' is not a number from " + std::to_string(low) +
                " to 65535");
   }
   out.port = static_cast<int>(value);
@@ -73,7 +75,7 @@ Result<sockaddr_storage> resolve(const std::string& host, int port) {
   addrinfo* res = nullptr;
   const std::string service = std::to_string(port);
   const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) return Error("cannot resolve " + host + ": " + gai_strerror(rc));
+  if (rc != 0) return Error("cannot resolve " + printable(host) + ": " + gai_strerror(rc));
   sockaddr_storage out{};
   std::memcpy(&out, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);

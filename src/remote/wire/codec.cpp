@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "remote/wire/printable.hpp"
 #include "remote/wire/wire.hpp"
 
 // GCC 12 with -fsanitize=address reports a std::string inside std::variant's move constructor as
@@ -33,6 +34,7 @@ class BodyWriter {
                                   std::to_string(max));
     w_.string(v);
   }
+  void text(std::string_view name, const std::string& v, std::size_t max) { field(name, v, max); }
   void field(std::string_view name, const std::vector<std::string>& v, std::size_t count_max,
              std::size_t bytes_max) {
     count(name, v.size(), count_max);
@@ -71,6 +73,11 @@ class BodyReader {
              std::size_t max) {
     const std::string s = r_.string(name, max);
     v.assign(s.data(), s.size());
+  }
+  // Text for people, which a peer sends printable: escaped here, once, if it is not (a hostile
+  // peer's newline or escape code never reaches a log line or a terminal).
+  void text(std::string_view name, std::string& v, std::size_t max) {
+    v = printable_once(r_.string(name, max));
   }
   void field(std::string_view name, std::vector<std::string>& v, std::size_t count_max,
              std::size_t bytes_max) {

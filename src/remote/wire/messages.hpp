@@ -22,6 +22,10 @@ namespace rig::remote {
 // fields(m, f) names each field to a visitor f, in wire order:
 //   f.field("name", m.some_u8_u32_or_u64);
 //   f.field("name", m.some_string, limit_in_bytes);
+//   f.text("name", m.some_string, limit_in_bytes);  // text for people: a reason, a device's name
+// A text field is printable ASCII as sent (a process escapes its peers' bytes in what it sends);
+// the decoder escapes one that is not (printable_once), so it is safe to log or print as it is.
+// Names that are matched against each other (JOIN's, OPEN's kind, a run's entry) stay fields.
 // The same function serves encoding (m const) and decoding, so the two cannot disagree.
 
 // Sent when nothing else has been for a while, so that the peer knows this end is alive.
@@ -41,7 +45,7 @@ struct Abort {
   std::string reason;
   template <typename M, typename F>
   static void fields(M& m, F& f) {
-    f.field("reason", m.reason, reason_bytes_max);
+    f.text("reason", m.reason, reason_bytes_max);
   }
   friend bool operator==(const Abort&, const Abort&) = default;
 };
@@ -91,7 +95,7 @@ struct Ready {
   std::uint64_t host_budget = 0;
   template <typename M, typename F>
   static void fields(M& m, F& f) {
-    f.field("host_arch", m.host_arch, name_bytes_max);
+    f.text("host_arch", m.host_arch, name_bytes_max);
     f.field("host_budget", m.host_budget);
   }
   friend bool operator==(const Ready&, const Ready&) = default;
@@ -135,8 +139,8 @@ struct WireDevice {
   template <typename M, typename F>
   static void fields(M& m, F& f) {
     f.field("id", m.id);
-    f.field("name", m.name, name_bytes_max);
-    f.field("arch", m.arch, name_bytes_max);
+    f.text("name", m.name, name_bytes_max);
+    f.text("arch", m.arch, name_bytes_max);
     f.field("budget", m.budget);
   }
   friend bool operator==(const WireDevice&, const WireDevice&) = default;
@@ -165,7 +169,7 @@ struct Opened {
   std::vector<WireReach> reaches;
   template <typename M, typename F>
   static void fields(M& m, F& f) {
-    f.field("why", m.why, reason_bytes_max);
+    f.text("why", m.why, reason_bytes_max);
     f.field("devices", m.devices, wire_devices_max);
     f.field("reaches", m.reaches, wire_reaches_max);
   }
@@ -196,7 +200,7 @@ struct Made {
   template <typename M, typename F>
   static void fields(M& m, F& f) {
     f.field("memory", m.memory);
-    f.field("why", m.why, reason_bytes_max);
+    f.text("why", m.why, reason_bytes_max);
   }
   friend bool operator==(const Made&, const Made&) = default;
 };
@@ -237,7 +241,7 @@ struct Loaded {
   template <typename M, typename F>
   static void fields(M& m, F& f) {
     f.field("image", m.image);
-    f.field("why", m.why, reason_bytes_max);
+    f.text("why", m.why, reason_bytes_max);
   }
   friend bool operator==(const Loaded&, const Loaded&) = default;
 };

@@ -1,5 +1,7 @@
 #include "remote/wire/printable.hpp"
 
+#include <algorithm>
+
 namespace rig::remote {
 
 std::string printable(std::string_view text) {
@@ -33,6 +35,13 @@ std::string printable(std::string_view text) {
     }
   }
   return out;
+}
+
+std::string printable_once(std::string_view text) {
+  const bool escaped_already = std::all_of(text.begin(), text.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  return escaped_already ? std::string(text) : printable(text);
 }
 
 }  // namespace rig::remote

@@ -15,4 +15,10 @@ namespace rig::remote {
 // result of text that needed no escape is the text itself. Pure; any thread.
 std::string printable(std::string_view text);
 
+// `text` as it is if every byte of it is printable ASCII, else `printable(text)`. For text that
+// should be printable already, as every text a rig process sends is (a root cause carries its
+// peers' bytes escaped): an honest peer's text is not escaped a second time, and a broken or
+// hostile one's is escaped whole. Pure; any thread.
+std::string printable_once(std::string_view text);
+
 }  // namespace rig::remote

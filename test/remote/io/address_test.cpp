@@ -55,6 +55,28 @@ TEST_CASE("port 0 is read only where the caller allows it") {
   // Allowing 0 widens nothing else.
   CHECK(refusal("127.0.0.1:65536", PortZero::allowed) ==
         "port '65536' is not a number from 0 to 65535");
+  // A listener's forms that once read as port 0, or as every address: an empty port, a sign, a
+  // space, an empty host (whose listening line no one could dial).
+  CHECK(refusal("127.0.0.1:", PortZero::allowed) == "port '' is not a number from 0 to 65535");
+  CHECK(refusal("127.0.0.1:+0", PortZero::allowed) == "port '+0' is not a number from 0 to 65535");
+  CHECK(refusal("127.0.0.1: 0", PortZero::allowed) == "port ' 0' is not a number from 0 to 65535");
+  CHECK(refusal(":0", PortZero::allowed) == "no address");
+  CHECK(refusal(":+0", PortZero::allowed) == "no address");
+  CHECK(refusal(": 0", PortZero::allowed) == "no address");
+  // Every address of the machine is said as such, and prints in brackets.
+  CHECK(parsed("[::]:0", PortZero::allowed) == "::|0");
+  CHECK(parsed("0.0.0.0:0", PortZero::allowed) == "0.0.0.0|0");
+  CHECK(address_text("::", 46811) == "[::]:46811");
+  CHECK(rig::remote::listening_line("::", 46811) == "listening [::]:46811");
+}
+
+TEST_CASE("the text a refusal quotes is escaped: it may be a peer's (a JOIN's address)") {
+  CHECK(refusal("h\x1b[2J:1") == "address 'h\\x1b[2J' holds a space or control byte");
+  CHECK(refusal("host:8\n0") == "port '8\\n0' is not a number from 1 to 65535");
+  CHECK(refusal("a\xc2\x9b:b:1") == "an IPv6 address needs brackets, as [a\\xc2\\x9b:b]:PORT");
+  const auto unknown = rig::remote::resolve("no\xc2\x9bhost.invalid", 1);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().starts_with("cannot resolve no\\xc2\\x9bhost.invalid: "));
 }
 
 TEST_CASE("every malformed address is refused with the rule it breaks") {
@@ -66,7 +88,7 @@ TEST_CASE("every malformed address is refused with the rule it breaks") {
   CHECK(refusal("[]:80") == "no address");
   CHECK(refusal("my host:80") == "address 'my host' holds a space or control byte");
   CHECK(refusal(" host:80") == "address ' host' holds a space or control byte");
-  CHECK(refusal("[::1\n]:80") == "address '::1\n' holds a space or control byte");
+  CHECK(refusal("[::1\n]:80") == "address '::1\\n' holds a space or control byte");
   CHECK(refusal("[::1]80") == "a bracketed address must be followed by ':PORT'");
   CHECK(refusal("[::1]") == "a bracketed address must be followed by ':PORT'");
   CHECK(refusal("[::1:80") == "a bracketed address must be followed by ':PORT'");

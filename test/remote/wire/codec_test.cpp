@@ -44,10 +44,11 @@ Message random_message(std::mt19937_64& rng) {
     case 2:
       return Closed{};
     default: {
-      // Mostly short causes, sometimes one near the limit, so frames span many pieces.
+      // Mostly short causes, sometimes one near the limit, so frames span many pieces; printable,
+      // as every sender's causes are (the decoder would escape any other byte).
       const std::size_t n = rng() % 8 == 0 ? rng() % (reason_bytes_max + 1) : rng() % 64;
       std::string why(n, '\0');
-      for (auto& c : why) c = static_cast<char>(rng());
+      for (auto& c : why) c = static_cast<char>(' ' + rng() % 95);
       return Abort{why};
     }
   }
@@ -82,19 +83,46 @@ TEST_SUITE("unit") {
     CHECK(message_name(0x7f).empty());
   }
 
-  TEST_CASE("each message round-trips, an abort's reason byte for byte") {
-    const std::string every_byte = [] {
+  TEST_CASE("each message round-trips, an abort's printable reason byte for byte") {
+    const std::string every_printable = [] {
       std::string s;
-      for (int i = 0; i < 256; ++i) s.push_back(static_cast<char>(i));
+      for (int i = 0x20; i < 0x7f; ++i) s.push_back(static_cast<char>(i));
       return s;
     }();
     for (const Message& m :
          {Message(Heartbeat{}), Message(Close{}), Message(Closed{}), Message(Abort{""}),
-          Message(Abort{every_byte}), Message(Abort{std::string(reason_bytes_max, 'x')})}) {
+          Message(Abort{every_printable}), Message(Abort{std::string(reason_bytes_max, 'x')})}) {
       auto back = round(encoded(m));
       REQUIRE(back.ok());
       CHECK(*back == m);
     }
+  }
+
+  TEST_CASE("a text field that is not printable is escaped as it is decoded, once") {
+    // A hostile agent's abort that would forge a log line and clear the operator's screen.
+    const std::string forged = "x\nrigd[1]: job 999: closed\x1b[2J";
+    auto abort = round(encoded(Abort{forged}));
+    REQUIRE(abort.ok());
+    CHECK(std::get<Abort>(*abort).reason == "x\\nrigd[1]: job 999: closed\\x1b[2J");
+    // An honest process's cause carries its peers' bytes escaped already: kept as it is.
+    auto honest = round(encoded(Abort{"controller aborted: x\\nrigd"}));
+    REQUIRE(honest.ok());
+    CHECK(std::get<Abort>(*honest).reason == "controller aborted: x\\nrigd");
+    // Every other text for people: an answer's why, a device's name and arch, a host's arch.
+    Opened opened{"no\rway", {{1, "SIM:0\x1b]0;owned\x07", "sim\n", 1}}, {}};
+    auto o = round(encoded(opened));
+    REQUIRE(o.ok());
+    const auto& got = std::get<Opened>(*o);
+    CHECK(got.why == "no\\rway");
+    CHECK(got.devices.at(0).name == "SIM:0\\x1b]0;owned\\x07");
+    CHECK(got.devices.at(0).arch == "sim\\n");
+    CHECK(std::get<Made>(*round(encoded(Made{0, "out\tof"}))).why == "out\\tof");
+    CHECK(std::get<Loaded>(*round(encoded(Loaded{0, "\xff"}))).why == "\\xff");
+    CHECK(std::get<Ready>(*round(encoded(Ready{"x86\n", 1}))).host_arch == "x86\\n");
+    // Names matched against each other are kept as sent: JOIN's (the agent escapes them where it
+    // logs them).
+    Join join{"a\nb", {"a\nb"}, {"h\n:1"}};
+    CHECK(std::get<Join>(*round(encoded(join))) == join);
   }
 
   TEST_CASE("the decoder refuses each malformed body, naming the message and the field") {

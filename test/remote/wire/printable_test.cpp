@@ -25,3 +25,16 @@ TEST_CASE("printable escapes what could forge a line or drive a terminal") {
   // A backslash is escaped too, so that an escape in the output always came from an escape.
   CHECK(printable("\\x41") == "\\\\x41");
 }
+
+TEST_CASE("printable_once keeps printable ASCII, escapes whole any text that is not") {
+  using rig::remote::printable_once;
+  // A cause its sender escaped already: kept as it is, backslashes and all.
+  CHECK(printable_once("controller aborted: x\\nrigd") == "controller aborted: x\\nrigd");
+  CHECK(printable_once("") == "");
+  // A peer that sent raw bytes: every byte escaped, its backslashes too, as printable does.
+  CHECK(printable_once("a\\b\nc") == "a\\\\b\\nc");
+  CHECK(printable_once("\x1b[2J") == "\\x1b[2J");
+  // Escaping twice changes nothing more.
+  const std::string once = printable_once("x\nrigd[1]: job 999: closed\x1b[2J");
+  CHECK(printable_once(once) == once);
+}

@@ -1,0 +1,244 @@
+// A real rigd against a controller played by hand (wire_peer.hpp's FakeController) that holds the
+// key and misbehaves: names and reasons that would forge rigd's log lines, and a LOAD that
+// announces far more bytes than it sends. Liveness times are scaled down by 10 (1 s of silence,
+// a heartbeat every 100 ms), as in fault_test.cpp.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "remote/limits.hpp"
+#include "remote/wire/frame.hpp"
+#include "support/job_fixtures.hpp"
+#include "support/process.hpp"
+#include "support/wire_peer.hpp"
+
+using rig::test::FakeController;
+using rig::test::load_key;
+using rig::test::make_key_file;
+using rig::test::Rigd;
+using rig::test::scaled_divisor;
+
+namespace {
+
+// A name, or a reason, that holds a whole log line of rigd's after a newline, and clears the
+// operator's terminal.
+const std::string forged = "x\nrigd[1]: job 999: closed\x1b[2J";
+// How it reads once escaped.
+const std::string forged_escaped = "x\\nrigd[1]: job 999: closed\\x1b[2J";
+
+Rigd scaled_rigd(const std::string& key_file) {
+  return Rigd(key_file, {"--test-timing-divisor", std::to_string(scaled_divisor)});
+}
+
+// rigd's log lines up to and including the end of job `n` (the daemon's "job N: " + end line).
+std::vector<std::string> log_to_end(Rigd& a, int n) {
+  std::vector<std::string> lines;
+  const std::string job = "job " + std::to_string(n) + ": ";
+  while (auto l = a.p->err_line(10'000)) {
+    lines.push_back(*l);
+    if (l->find(job) != std::string::npos && !Rigd::is_job_progress(*l)) break;
+  }
+  return lines;
+}
+
+// Every line is one of rigd's own, "rigd[PID]: " with its real PID, and none holds an escape code.
+void check_no_forged_line(const std::vector<std::string>& lines) {
+  for (const std::string& l : lines) {
+    INFO("log line: " << l);
+    CHECK(l.starts_with("rigd["));
+    CHECK_FALSE(l.starts_with("rigd[1]:"));
+    CHECK(l.find('\x1b') == std::string::npos);
+  }
+}
+
+std::string find_line(const std::vector<std::string>& lines, const std::string& needle) {
+  for (const std::string& l : lines) {
+    if (l.find(needle) != std::string::npos) return l;
+  }
+  return "(no line with '" + needle + "')";
+}
+
+// What the agent sent while the hand-made controller trickled PAYLOAD bytes of the message before.
+struct Trickle {
+  std::size_t sent = 0;  // PAYLOAD bytes
+  long heartbeats = 0;
+  double longest_gap_s = 0;  // between two frames from the agent
+  std::string other;         // the first frame that was not a heartbeat, if one came
+};
+
+// For `seconds` (twice the agent's silence rule, scaled), 64 KiB of PAYLOAD and a heartbeat every
+// 50 ms, while every frame from the agent is read.
+Trickle trickle(FakeController& c, double seconds) {
+  const std::vector<std::uint8_t> piece(64 * 1024, 0x5a);
+  std::vector<std::uint8_t> header(rig::remote::frame_header_bytes);
+  rig::remote::write_frame_header(std::span<std::uint8_t, rig::remote::frame_header_bytes>(header),
+                                  rig::remote::Payload::type, piece.size());
+  Trickle out;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last_heard = t0;
+  while (rig::test::seconds_since(t0) < seconds) {
+    rig::test::FakeAgent::send_all(c.s, header);
+    rig::test::FakeAgent::send_all(c.s, piece);
+    out.sent += piece.size();
+    c.send(rig::remote::Heartbeat{});
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (std::chrono::steady_clock::now() < until) {
+      pollfd p{c.s, POLLIN, 0};
+      if (::poll(&p, 1, 10) != 1) continue;
+      std::uint8_t buf[4096];
+      const ssize_t n = ::read(c.s, buf, sizeof buf);
+      if (n <= 0) return out;
+      c.d.feed({buf, static_cast<std::size_t>(n)});
+      for (auto f = c.d.next(); f && f->has_value(); f = c.d.next()) {
+        auto m = rig::remote::decode(**f);
+        if (!m) return out;
+        if (!std::holds_alternative<rig::remote::Heartbeat>(*m)) {
+          out.other = std::string(std::visit([](const auto& x) { return x.name; }, *m));
+          if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) out.other += ": " + abort->reason;
+          return out;
+        }
+        ++out.heartbeats;
+        const auto now = std::chrono::steady_clock::now();
+        out.longest_gap_s =
+            std::max(out.longest_gap_s, std::chrono::duration<double>(now - last_heard).count());
+        last_heard = now;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a controller's name and abort that would forge log lines are logged escaped, each on one "
+    "line") {
+  const std::string key_file = make_key_file("peer-name");
+  Rigd a = scaled_rigd(key_file);
+  FakeController c(a.port, load_key(key_file), forged);
+  c.start(forged);
+  c.send(rig::remote::Abort{"bad\n" + forged});
+  rig::test::end_and_drain(c.s);
+  c.s = -1;
+  const auto lines = log_to_end(a, 1);
+  check_no_forged_line(lines);
+  const std::string started = find_line(lines, "started by the controller at ");
+  CHECK(started.find(": job 1: started by the controller at 127.0.0.1:") != std::string::npos);
+  CHECK(started.ends_with(", which names this agent " + forged_escaped));
+  // The agent's root cause, as the daemon logs the job's end.
+  CHECK(lines.back().ends_with(": job 1: failed controller aborted: bad\\n" + forged_escaped));
+}
+
+TEST_CASE("a JOIN's names and addresses reach the agent's root cause escaped") {
+  const std::string key_file = make_key_file("peer-join");
+  Rigd a = scaled_rigd(key_file);
+  FakeController c(a.port, load_key(key_file), "me");
+  // The second agent's name would forge a line, its address clear the screen.
+  c.send(rig::remote::Join{"me", {"me", forged}, {"127.0.0.1:1", "h\x1b[2J:1"}});
+  const auto abort = c.next();
+  REQUIRE(abort.has_value());
+  REQUIRE(std::holds_alternative<rig::remote::Abort>(*abort));
+  const std::string cause = "controller: malformed message: JOIN: the address of " +
+                            forged_escaped + ": address 'h\\x1b[2J' holds a space or control byte";
+  CHECK(std::get<rig::remote::Abort>(*abort).reason == cause);
+  rig::test::end_and_drain(c.s);
+  c.s = -1;
+  const auto lines = log_to_end(a, 1);
+  check_no_forged_line(lines);
+  CHECK(lines.back().ends_with(": job 1: failed " + cause));
+}
+
+TEST_CASE(
+    "a LOAD that announces 4 GiB and sends a trickle: the agent holds what came, keeps its "
+    "heartbeats, and fails when the controller closes") {
+  const std::string key_file = make_key_file("peer-load");
+  Rigd a = scaled_rigd(key_file);
+  const pid_t job = a.job_pid(1);
+  FakeController c(a.port, load_key(key_file), "me");
+  c.start("me");
+  const long before_kib = rig::test::proc_status_kib(job, "VmRSS");
+  c.send(rig::remote::Load{0, rig::remote::program_bytes_max});
+  const Trickle t = trickle(c, 2.0);
+  const long peak_kib = rig::test::proc_status_kib(job, "VmHWM");
+  MESSAGE("sent " << t.sent / 1024 << " KiB of a 4 GiB program; the job process's RSS "
+                  << before_kib << " KiB before, peak " << peak_kib << " KiB; " << t.heartbeats
+                  << " heartbeats, the longest gap " << t.longest_gap_s << " s");
+  CHECK(t.other == "");
+  // What it holds grows by what came (about 2.5 MiB), not by what the LOAD announced.
+  CHECK(peak_kib < before_kib + 32 * 1024);
+  CHECK(t.heartbeats >= 10);
+  CHECK(t.longest_gap_s < 0.5 * rig::test::sanitizer_slowdown);
+  // The controller goes away in the middle of the program: the agent's connection ended without a
+  // close.
+  rig::test::end_and_drain(c.s);
+  c.s = -1;
+  const auto end = a.job_end(1);
+  REQUIRE(end.has_value());
+  CHECK(end->ends_with(": job 1: failed controller: closed its connection"));
+}
+
+TEST_CASE(
+    "a SUBMIT that announces a 1 GiB copy from the controller and sends a trickle: the agent "
+    "takes one piece of staging, not the copy's size") {
+  const std::string key_file = make_key_file("peer-submit");
+  Rigd a = scaled_rigd(key_file);
+  const pid_t job = a.job_pid(1);
+  FakeController c(a.port, load_key(key_file), "me");
+  c.start("me");
+  const long before_kib = rig::test::proc_status_kib(job, "VmSize");
+  rig::remote::Submit submit{0, 1, {}};
+  rig::remote::WirePart copy;
+  copy.kind = rig::remote::WirePart::copy;
+  copy.dst = 1;  // memory the job does not hold: the copy never gets its turn
+  copy.src = 0;
+  copy.bytes = std::uint64_t{1} << 30;
+  submit.parts.push_back(copy);
+  c.send(submit);
+  const Trickle t = trickle(c, 2.0);
+  const long peak_kib = rig::test::proc_status_kib(job, "VmPeak");
+  MESSAGE("sent " << t.sent / 1024 << " KiB of a 1 GiB copy; the job process's address space "
+                  << before_kib << " KiB before, peak " << peak_kib << " KiB; " << t.heartbeats
+                  << " heartbeats");
+  CHECK(t.other == "");
+  // The first piece (staging_piece_bytes_min, 64 MiB), with room to spare, not 1 GiB.
+  CHECK(peak_kib < before_kib + 256 * 1024);
+  CHECK(t.heartbeats >= 10);
+  rig::test::end_and_drain(c.s);
+  c.s = -1;
+  const auto end = a.job_end(1);
+  REQUIRE(end.has_value());
+  CHECK(end->ends_with(": job 1: failed controller: closed its connection"));
+}
+
+TEST_CASE("a copy larger than one staging piece arrives whole, both ways") {
+  const std::string key_file = make_key_file("peer-pieces");
+  Rigd a(key_file);
+  auto job = rig::remote::connect(load_key(key_file), {a.address()});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  auto sims = rig::remote::devices(job->hosts()[0], "SIM");
+  REQUIRE(sims.ok());
+  // Three pieces on the agent: 64 MiB, 64 MiB, and the rest, with a tail of 3 bytes.
+  const std::size_t bytes = (std::size_t{150} << 20) + 3;
+  std::vector<std::uint8_t> sent(bytes), back(bytes, 0);
+  std::uint32_t x = 12345;
+  for (auto& b : sent) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<std::uint8_t>(x >> 24);
+  }
+  rig::Buffer there = rig::Buffer::make((*sims)[0], bytes);
+  rig::copy(there, rig::Buffer::borrow(sent.data(), bytes));
+  rig::copy(rig::Buffer::borrow(back.data(), bytes), there).wait();
+  CHECK(std::equal(sent.begin(), sent.end(), back.begin()));
+  there = rig::Buffer();
+  job->close();
+  CHECK_FALSE(job->failed().has_value());
+}
