@@ -1,7 +1,8 @@
 // The liveness rules with their real constants: 10 s of silence, a 10 s handshake deadline, 10 s
 // without send progress, rig run's 11 s for an agent after the controller's end, an opener longer
 // than the silence rule, a join that times out, an agent silent during close. Slow by nature (about
-// two minutes in all), so in the `slow` suite, which CI runs too.
+// two minutes in all), so in the `slow` suite, which CI runs too. And rigd stopped while a peer
+// will not close, which waits out the real 10 s drain.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -15,6 +16,7 @@
 #include "rig/remote.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/rig_run.hpp"
+#include "support/rigd_fixtures.hpp"
 #include "support/wire_peer.hpp"
 
 using namespace std::chrono_literals;
@@ -134,4 +136,39 @@ TEST_CASE("an agent that falls silent while the job closes fails it after the re
   CHECK(closed.took_s >= 10.0);
   CHECK(closed.took_s < 21.0);
   CHECK(closed.lines == "started\nfailed " + a.name() + ": sent nothing for 10 s\n");
+}
+
+TEST_CASE(
+    "rigd stopped while a controller neither reads nor closes: the real 10 s drain, then "
+    "exit 0, both lines, the job process gone") {
+  const std::string key_file = rig::test::make_key_file("slow-rigd-stuck-peer");
+  rig::test::RigdProcess a({"--key", key_file});
+  a.listening();
+  const auto waiting = a.err_until("job 1: waiting for a controller in process ");
+  REQUIRE(waiting.has_value());
+  const pid_t child = std::stoi(waiting->substr(waiting->rfind(' ') + 1));
+  const int peer = rig::test::prove_as_controller(a.port, rig::test::load_key(key_file));
+  REQUIRE(a.err_until("job 1: started by the controller at ").has_value());
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(a.pid, SIGTERM);
+  const auto status = a.wait_for(20'000);
+  const double took_s = rig::test::seconds_since(t0);
+  REQUIRE_MESSAGE(status.has_value(), "rigd did not stop within 20 s");
+  std::vector<std::string> rest;
+  while (auto l = a.err_line(1000)) rest.push_back(*l);
+  std::string log;
+  for (const auto& l : rest) log += l + "\n";
+  INFO(log);
+  CHECK((WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status)) == 0);
+  // The drain's 10 s, within the watchdog's 15 s.
+  CHECK(took_s >= 9.5);
+  CHECK(took_s < 14);
+  const std::string me = "rigd[" + std::to_string(a.pid) + "]: ";
+  REQUIRE(rest.size() >= 2);
+  CHECK(rest[rest.size() - 2] == me + "job 1: failed interrupted");
+  CHECK(rest.back() == me + "stopped by signal 15");
+  const bool gone = rig::test::gone_within(child, 2000);
+  if (!gone) kill(child, SIGKILL);
+  CHECK(gone);
+  ::close(peer);
 }

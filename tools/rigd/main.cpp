@@ -3,16 +3,28 @@
 // itself stays clean), and logs one line per job start, with the controller's address, and one per
 // end, with the root cause.
 //
-//   rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] [--once]
+//   rigd --key FILE|- --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] [--once]
 //
+// The key is read once, at the start (`-`: from stdin, to its end), and handed to each job process
+// on a pipe; SIGHUP reads the file again, and a key that fails its checks leaves the one in use.
 // --once serves a single job in this process and exits with its outcome (0 closed, 1 failed): the
 // agent a launcher such as `rig run` starts, reporting on RIG_REMOTE_REPORT.
 //
+// Every line goes to stderr through one sink that never blocks (log.hpp). Signals are taken by one
+// thread of each process (sigwaitinfo), blocked in every other from the start, so that none is
+// lost between a check and a wait. A stop (SIGTERM, SIGINT) ends the job in order; the watchdog
+// ends a stop that runs past the job's drain bound and a margin.
+//
 // Exit codes: 0 after a clean stop (SIGTERM or SIGINT), 1 on a runtime failure, 2 on a usage
-// error (a bad argument, or a bad value of a RIG_* tunable), 3 when the watchdog ends a shutdown
-// that hangs.
+// error (a bad argument or key, or a bad value of a RIG_* tunable), 3 when the watchdog ends a
+// shutdown that hangs.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -31,52 +44,183 @@
 #include "core/limits.hpp"
 #include "remote/agent/agent.hpp"
 #include "remote/io/address.hpp"
+#include "remote/io/connection.hpp"
 #include "remote/job/process.hpp"
 #include "remote/limits.hpp"
+#include "remote/trust/key.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
+#include "rigd/log.hpp"
 
 namespace {
+
+using rig::rigd::Urgency;
+using Clock = std::chrono::steady_clock;
 
 constexpr int exit_failure = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_watchdog = 3;
-// How long a stop may take before the watchdog ends the process.
-constexpr auto shutdown_limit = std::chrono::seconds(10);
 
-std::atomic<bool> stop_requested{false};
-std::atomic<int> stop_signal{0};
+// How much longer than a job's drain bound (Timing::drain_timeout_ms: the longest an interrupted
+// job waits for its peers to close) a stop may run before the watchdog ends it: time for the job
+// process to close its devices and exit, and for the daemon to reap it and log. Not scaled by
+// --test-timing-divisor: it is for processes that are slow, not for the liveness rules.
+constexpr std::int64_t watchdog_margin_ms = 5'000;
+// A job process that ends without reporting a job sooner than this after its start ends "at once":
+// each such end in a row doubles the wait before the next one starts, from the first to the most.
+constexpr std::int64_t quick_end_ms = 1'000;
+constexpr std::int64_t respawn_delay_first_ms = 100;
+constexpr std::int64_t respawn_delay_max_ms = 10'000;
+// The most of a job process's report the daemon keeps: its end line holds a root cause of at most
+// reason_bytes_max and a few words.
+constexpr std::size_t report_bytes_max = rig::remote::reason_bytes_max + 1024;
+// The start of the agent's line when a controller has proven the key (AgentProtocol::proven): from
+// then on, a job process has a job to end in order.
+constexpr std::string_view job_start_line = "started by the controller at ";
 
-void on_stop_signal(int sig) {
-  stop_signal.store(sig);
-  stop_requested.store(true);
-  rig::remote::request_break();  // a child serving a job ends its serve with Break
+rig::rigd::LogSink& sink() {
+  // Made by main's first line, before any other thread.
+  static rig::rigd::LogSink s(STDERR_FILENO, "rigd: ");
+  return s;
 }
 
-void log(const std::string& line) {
-  std::string out = "rigd[" + std::to_string(getpid()) + "]: " + line + "\n";
-  (void)!write(STDERR_FILENO, out.data(), out.size());
+void log(std::string_view line, Urgency urgency = Urgency::ordinary) {
+  sink().line(line, urgency);
 }
+
+constexpr const char* usage_text =
+    "usage: rigd --key FILE|- --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] "
+    "[--once]";
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "rigd: %s\nusage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] "
-               "[--cuda-lib PATH] [--once]\n",
-               why.c_str());
+  log(why);
+  log(usage_text);
   std::exit(exit_usage);
 }
 
+int pidfd_open(pid_t pid) {
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+}
+int pidfd_send_signal(int pidfd, int sig) {
+  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+// What the signal thread tells the others. The stop and reload signals are blocked in every
+// thread from main's start; the signal thread takes each with sigwaitinfo, records it here and
+// wakes the main thread's waits through `wake_fd` (an eventfd they poll), so a signal that comes
+// between a check and a wait is seen by the wait.
+struct Signals {
+  sigset_t set;
+  int wake_fd = -1;
+  std::atomic<int> stop{0};                 // the stop signal, once one came
+  std::atomic<unsigned> reloads{0};         // SIGHUPs taken
+  std::atomic<int> job_pidfd{-1};           // the job process running, which the watchdog kills
+  std::atomic<bool> watchdog_fired{false};  // from then on, the process ends only with status 3
+  std::int64_t watchdog_ms = 0;  // 0: no watchdog (a job process: its daemon's covers it)
+  // A job process: SIGHUP asks it to make way for a job process with the daemon's new key, which it
+  // does only while no controller has come (job_started).
+  bool job_process = false;
+  std::atomic<bool> job_started{false};
+};
+Signals signals;
+
+void wake() {
+  const std::uint64_t one = 1;
+  (void)!write(signals.wake_fd, &one, sizeof one);
+}
+
+[[noreturn]] void watchdog() {
+  // Further signals are taken and dropped meanwhile: the stop is under way.
+  const auto until = Clock::now() + std::chrono::milliseconds(signals.watchdog_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - Clock::now());
+    if (left.count() <= 0) break;
+    const timespec wait{static_cast<time_t>(left.count() / 1'000'000'000),
+                        static_cast<long>(left.count() % 1'000'000'000)};
+    (void)sigtimedwait(&signals.set, nullptr, &wait);
+  }
+  std::string what = "stop still running " + rig::remote::seconds_text(signals.watchdog_ms) +
+                     " after signal " + std::to_string(signals.stop.load()) +
+                     ": exiting at once (watchdog)";
+  signals.watchdog_fired.store(true);
+  const int job = signals.job_pidfd.load();
+  if (job >= 0 && pidfd_send_signal(job, SIGKILL) == 0) {
+    // Nothing of the job outlives the daemon: its end is awaited, briefly (SIGKILL always wins).
+    pollfd p{job, POLLIN, 0};
+    (void)poll(&p, 1, 1000);
+    what += "; the job process was killed";
+  }
+  sink().say_losses();
+  log(what, Urgency::last);
+  _exit(exit_watchdog);
+}
+
+// The main thread, once the watchdog has fired: the kill it made must not read as a job's end
+// followed by a clean stop, so this thread waits for the watchdog's exit.
+void yield_to_watchdog() {
+  while (signals.watchdog_fired.load()) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void take_signals() {
+  for (;;) {
+    const int sig = sigwaitinfo(&signals.set, nullptr);
+    if (sig < 0) continue;  // EINTR
+    if (sig == SIGHUP) {
+      if (signals.job_process && !signals.job_started.load() && signals.stop.load() == 0) {
+        // Its daemon holds a new key, which a job process without a job yet makes way for. One
+        // with a job goes on with the key its job proved. (A controller admitted in the moment
+        // between this check and the loop's next tick has its job interrupted.)
+        signals.stop.store(SIGHUP);
+        rig::remote::request_break();
+      }
+      ++signals.reloads;
+      wake();
+      continue;
+    }
+    if (signals.stop.load() == 0 || signals.stop.load() == SIGHUP) {
+      signals.stop.store(sig);
+      rig::remote::request_break();  // a job served in this process ends its serve with Break
+      wake();
+      if (signals.watchdog_ms > 0) watchdog();
+    }
+  }
+}
+
+// Blocks `sigs` in this thread (and every thread it starts from now on), then starts the thread
+// that takes them.
+void start_signal_thread(std::initializer_list<int> sigs, std::int64_t watchdog_ms,
+                         bool job_process) {
+  signals.job_process = job_process;
+  sigemptyset(&signals.set);
+  for (int s : sigs) sigaddset(&signals.set, s);
+  pthread_sigmask(SIG_BLOCK, &signals.set, nullptr);
+  signals.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  signals.watchdog_ms = watchdog_ms;
+  std::thread(take_signals).detach();
+}
+
 struct Options {
-  std::string key_file;
+  std::string key_file;  // "-": stdin
   std::string host;
   int port = -1;
   std::string kinds = "CPU,SIM";
   bool once = false;
-  bool serve_child = false;  // internal: a child serving one job on the inherited socket
+  // Internal, for a job process the daemon starts: the inherited listening socket, the pipe the
+  // key comes on, the shared counts of the log's losses, the job's number.
+  bool serve_child = false;
   int serve_fd = -1;
-  std::uint64_t job = 0;   // internal: the job number a child's log lines carry
+  int key_fd = -1;
+  int losses_fd = -1;
+  std::uint64_t job = 0;
   int timing_divisor = 1;  // test-only: scales the liveness times down
 };
+
+int parse_fd(const std::string& option, const std::string& v) {
+  char* end = nullptr;
+  const long fd = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || fd < 0 || fd > 1'000'000) usage("bad " + option + " " + v);
+  return static_cast<int>(fd);
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -88,6 +232,7 @@ Options parse(int argc, char** argv) {
     };
     if (arg == "--key") {
       o.key_file = value();
+      if (o.key_file.empty()) usage("--key needs a file, or - for stdin");
     } else if (arg == "--listen") {
       const std::string v = value();
       // Port 0: the system chooses, and the listening line says which.
@@ -107,11 +252,11 @@ Options parse(int argc, char** argv) {
       setenv("RIG_CUDA_LIB", path.c_str(), 1);
     } else if (arg == "--serve-fd") {
       o.serve_child = true;
-      char* end = nullptr;
-      const std::string v = value();
-      const long fd = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || fd < 0 || fd > 1'000'000) usage("bad --serve-fd " + v);
-      o.serve_fd = static_cast<int>(fd);
+      o.serve_fd = parse_fd(arg, value());
+    } else if (arg == "--key-fd") {
+      o.key_fd = parse_fd(arg, value());
+    } else if (arg == "--log-losses-fd") {
+      o.losses_fd = parse_fd(arg, value());
     } else if (arg == "--job") {
       char* end = nullptr;
       const std::string v = value();
@@ -122,15 +267,13 @@ Options parse(int argc, char** argv) {
       o.timing_divisor = std::atoi(value().c_str());
       if (o.timing_divisor < 1) usage("--test-timing-divisor must be at least 1");
     } else if (arg == "-h" || arg == "--help") {
-      std::printf(
-          "usage: rigd --key FILE --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] "
-          "[--once]\n");
+      std::printf("%s\n", usage_text);
       std::exit(0);
     } else {
       usage("unknown argument '" + arg + "'");
     }
   }
-  if (o.key_file.empty()) usage("--key FILE is required");
+  if (o.key_file.empty() && o.key_fd < 0) usage("--key FILE is required");
   if (o.port < 0) usage("--listen HOST:PORT is required");
   return o;
 }
@@ -158,86 +301,384 @@ std::vector<std::pair<std::string, rig::remote::Opener>> openers(const std::stri
   return out;
 }
 
-// The child: serve one job on the inherited socket, report its end on the report pipe, exit.
+// The key this process starts with: from the file, stdin, or (a job process) the daemon's pipe.
+rig::Result<rig::remote::Key> first_key(const Options& o) {
+  if (o.key_fd >= 0) {
+    auto k = rig::remote::read_key_fd(o.key_fd, "descriptor " + std::to_string(o.key_fd));
+    ::close(o.key_fd);
+    return k;
+  }
+  if (o.key_file == "-") return rig::remote::read_key_fd(STDIN_FILENO, "stdin");
+  return rig::remote::read_key(o.key_file);
+}
+
+// The daemon's counts of lost log lines, in a memfd its job processes map too. -1 if none could
+// be made: each process then counts its own.
+int share_losses() {
+  const int fd = memfd_create("rigd-log-losses", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, sizeof(rig::rigd::LogLosses)) == 0) {
+    p = mmap(nullptr, sizeof(rig::rigd::LogLosses), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    return -1;
+  }
+  sink().share_losses(new (p) rig::rigd::LogLosses);
+  return fd;
+}
+
+void join_losses(int fd) {
+  void* p = mmap(nullptr, sizeof(rig::rigd::LogLosses), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  // The daemon made the counts; this process only adds to them.
+  if (p != MAP_FAILED) sink().share_losses(static_cast<rig::rigd::LogLosses*>(p));
+}
+
+// A job process: serve one job on the inherited socket, report its end on the report pipe, exit.
+// The daemon logs the end from the report; a job process run by hand, with no report pipe, logs
+// it itself.
 int serve_one(const Options& o, const rig::remote::Key& key) {
-  // The child logs the job's start itself (only it knows the controller); the daemon logs the end,
-  // which it learns even when the child dies without a word. Both lines carry the job's number.
-  const std::string prefix = "job " + std::to_string(o.job) + ": ";
-  rig::remote::set_agent_log([prefix](const std::string& line) { log(prefix + line); });
+  int accepting = 0;
+  socklen_t len = sizeof accepting;
+  const std::string fd_text = "--serve-fd " + std::to_string(o.serve_fd);
+  if (getsockopt(o.serve_fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0) {
+    log(fd_text + ": " + std::strerror(errno), Urgency::last);
+    return exit_failure;
+  }
+  if (!accepting) {
+    log(fd_text + " is not a listening socket", Urgency::last);
+    return exit_failure;
+  }
+  const bool reported = std::getenv("RIG_REMOTE_REPORT") != nullptr;
+  // The job process logs the job's start itself (only it knows the controller); the daemon logs
+  // the end, which it learns even when the process dies without a word.
+  rig::remote::set_agent_log([](const std::string& line) {
+    if (line.rfind(job_start_line, 0) == 0) signals.job_started.store(true);
+    log(line);
+  });
   auto agent = rig::remote::adopt_listener(key, o.serve_fd, o.port,
                                            rig::remote::address_text(o.host, o.port));
   try {
     auto r = rig::remote::serve(agent, openers(o.kinds));
+    if (!reported) log(r ? "closed" : "failed " + r.error(), Urgency::last);
     return r ? 0 : exit_failure;
   } catch (const rig::remote::Break&) {
-    return 0;  // stopped by the daemon's signal; a job it ended has reported its failure
+    // Stopped by the daemon (or made way for its new key); a job it ended has reported that.
+    if (!reported) log("interrupted", Urgency::last);
+    return 0;
   }
 }
 
-void watchdog() {
-  while (!stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  std::this_thread::sleep_for(shutdown_limit);
-  log("shutdown still running 10 s after the signal: exiting at once (watchdog)");
-  _exit(exit_watchdog);
-}
+// How a job process ended.
+struct JobEnd {
+  int status = 0;
+  std::string report;
+  std::int64_t lived_ms = 0;
+  bool stopped = false;   // the daemon passed a stop on to it
+  bool made_way = false;  // the daemon asked it to make way for a new key
+};
 
-// Reads what a child reported on its pipe: its end line, or nothing if it died first. A stop
-// signal that arrives meanwhile is passed on to the child, whose serve then ends the job.
-std::string read_report(int fd, pid_t child) {
-  std::string out;
-  char buf[4096];
-  bool passed_on = false;
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) {
-      if (stop_requested.load() && !passed_on) {
-        passed_on = true;
-        kill(child, SIGINT);
-      }
-      continue;
+// The daemon's main thread: the key it hands each job process, the job process running, and the
+// wait between job processes that end at once. Owner: main; its thread; lifetime: the daemon's.
+class Daemon {
+ public:
+  Daemon(const Options& o, rig::remote::Key key, int listen_fd, std::string where, int losses_fd)
+      : o_(o),
+        key_(std::move(key)),
+        listen_fd_(listen_fd),
+        where_(std::move(where)),
+        losses_fd_(losses_fd) {}
+
+  int run() {
+    for (std::uint64_t job = 1; signals.stop.load() == 0; ++job) {
+      if (!pause(delay_ms_)) break;
+      auto end = run_job(job);
+      yield_to_watchdog();
+      if (!end) return exit_failure;
+      // The last job's end, in a stop, may use the log's reserve (log.hpp), as the stop's does.
+      log("job " + std::to_string(job) + ": " + end_text(*end),
+          signals.stop.load() != 0 ? Urgency::last : Urgency::ordinary);
+      if (signals.stop.load() == 0) pace(*end);
     }
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
+    sink().say_losses();
+    log("stopped by signal " + std::to_string(signals.stop.load()), Urgency::last);
+    return 0;
   }
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
-}
+
+ private:
+  // Waits `ms` (0: none) for the next job process, handling signals meanwhile. False on a stop.
+  bool pause(std::int64_t ms) {
+    const auto until = Clock::now() + std::chrono::milliseconds(ms);
+    JobEnd none;
+    for (;;) {
+      on_wake(-1, none);
+      if (signals.stop.load() != 0) return false;
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) return true;
+      pollfd p{signals.wake_fd, POLLIN, 0};
+      (void)poll(&p, 1, static_cast<int>(left.count()));
+    }
+  }
+
+  // What a wake brought: a stop, passed on to the job process once; a reload, after which a job
+  // process still waiting for a controller makes way for one with the new key.
+  // `pidfd` is the job process's (-1: none runs), `end` what the daemon did to it.
+  void on_wake(int pidfd, JobEnd& end) {
+    std::uint64_t count = 0;
+    (void)!read(signals.wake_fd, &count, sizeof count);
+    if (signals.stop.load() != 0 && pidfd >= 0 && !end.stopped) {
+      end.stopped = true;
+      pidfd_send_signal(pidfd, SIGINT);
+    }
+    const unsigned reloads = signals.reloads.load();
+    if (reloads == reloads_seen_) return;
+    reloads_seen_ = reloads;
+    if (reload() && pidfd >= 0 && signals.stop.load() == 0 && !end.made_way) {
+      end.made_way = true;
+      pidfd_send_signal(pidfd, SIGHUP);
+    }
+  }
+
+  // SIGHUP: the key file read again and checked. Whether the key changed.
+  bool reload() {
+    if (o_.key_file == "-") {
+      log("SIGHUP: the key came on stdin (--key -): there is no file to reload; the key stays");
+      return false;
+    }
+    auto k = rig::remote::read_key(o_.key_file);
+    if (!k) {
+      log("SIGHUP: the key in use stays: " + k.error());
+      return false;
+    }
+    if (*k == key_) {
+      log("SIGHUP: key file " + o_.key_file + " reloaded: the same key");
+      return false;
+    }
+    key_ = std::move(*k);
+    log("SIGHUP: key file " + o_.key_file +
+        " reloaded: a new key, which jobs prove from the next job process on");
+    return true;
+  }
+
+  // The key on a pipe of its own, whole before the job process starts: its read end, or -1.
+  int key_pipe() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    const auto bytes = rig::remote::detail::key_bytes(key_);
+    // The pipe is empty and a key at most 4 KiB: one write takes it all, and never waits.
+    (void)fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    const ssize_t n = write(fds[1], bytes.data(), bytes.size());
+    ::close(fds[1]);
+    if (n != static_cast<ssize_t>(bytes.size())) {
+      ::close(fds[0]);
+      errno = n < 0 ? errno : EMSGSIZE;
+      return -1;
+    }
+    return fds[0];
+  }
+
+  std::optional<JobEnd> run_job(std::uint64_t job) {
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) {
+      log(std::string("cannot make a report pipe: ") + std::strerror(errno) + ": stopping");
+      return std::nullopt;
+    }
+    (void)fcntl(report[0], F_SETFL, O_NONBLOCK);
+    const int key_fd = key_pipe();
+    if (key_fd < 0) {
+      log(std::string("cannot hand the key to a job process: ") + std::strerror(errno) +
+          ": stopping");
+      ::close(report[0]);
+      ::close(report[1]);
+      return std::nullopt;
+    }
+    // The job process runs rigd afresh on the inherited socket: no state of the daemon survives.
+    // It never outlives its daemon: if rigd dies, the job is interrupted. It starts with the stop
+    // and reload signals blocked, as this thread has them, so that one sent before it is ready
+    // waits for its signal thread.
+    rig::child::Spec spec;
+    spec.file = "/proc/self/exe";
+    spec.argv = {"rigd",
+                 "--key-fd",
+                 std::to_string(key_fd),
+                 "--listen",
+                 where_,
+                 "--kinds",
+                 o_.kinds,
+                 "--serve-fd",
+                 std::to_string(listen_fd_),
+                 "--job",
+                 std::to_string(job),
+                 "--test-timing-divisor",
+                 std::to_string(o_.timing_divisor)};
+    spec.keep_fds = {listen_fd_, report[1], key_fd};
+    if (losses_fd_ >= 0) {
+      spec.argv.insert(spec.argv.end(), {"--log-losses-fd", std::to_string(losses_fd_)});
+      spec.keep_fds.push_back(losses_fd_);
+    }
+    spec.env = {"RIG_REMOTE_REPORT=" + std::to_string(report[1])};
+    spec.parent_death_signal = SIGINT;
+    const auto started = Clock::now();
+    const auto spawned = rig::child::spawn(spec);
+    ::close(report[1]);
+    ::close(key_fd);
+    if (!spawned) {
+      ::close(report[0]);
+      log("cannot start a job process: " + spawned.error() + ": stopping");
+      return std::nullopt;
+    }
+    const pid_t child = *spawned;
+    const int pidfd = pidfd_open(child);
+    if (pidfd < 0) {
+      const int e = errno;
+      kill(child, SIGKILL);
+      (void)rig::child::wait_exit(child);
+      ::close(report[0]);
+      log(std::string("cannot watch a job process: ") + std::strerror(e) + ": stopping");
+      return std::nullopt;
+    }
+    signals.job_pidfd.store(pidfd);
+    log("job " + std::to_string(job) + ": waiting for a controller in process " +
+        std::to_string(child));
+    JobEnd end = wait_job(child, pidfd, report[0]);
+    end.lived_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+    signals.job_pidfd.store(-1);
+    ::close(pidfd);
+    ::close(report[0]);
+    return end;
+  }
+
+  // Reads the report as it comes and passes signals on, until the job process has ended.
+  JobEnd wait_job(pid_t child, int pidfd, int report_fd) {
+    JobEnd end;
+    bool report_open = true;
+    auto read_report = [&] {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(report_fd, buf, sizeof buf)) > 0) {
+        const auto room = report_bytes_max - std::min(report_bytes_max, end.report.size());
+        end.report.append(buf, std::min(room, static_cast<std::size_t>(n)));
+      }
+      if (n == 0) report_open = false;  // its end, which poll would report for ever after
+    };
+    for (;;) {
+      on_wake(pidfd, end);
+      pollfd fds[3] = {{signals.wake_fd, POLLIN, 0},
+                       {pidfd, POLLIN, 0},
+                       {report_open ? report_fd : -1, POLLIN, 0}};
+      if (poll(fds, 3, -1) < 0) continue;
+      if (fds[2].revents != 0) read_report();
+      if (fds[1].revents != 0) break;
+    }
+    // The process has ended: its report is all in the pipe, and the wait returns at once.
+    read_report();
+    end.status = rig::child::wait_exit(child);
+    while (!end.report.empty() && end.report.back() == '\n') end.report.pop_back();
+    return end;
+  }
+
+  static std::string end_text(const JobEnd& end) {
+    if (!end.report.empty()) return end.report;
+    if (WIFSIGNALED(end.status)) {
+      // A crash or a kill: the job process reported nothing, so the signal is the root cause.
+      return "process ended by signal " + std::to_string(WTERMSIG(end.status)) + " (" +
+             strsignal(WTERMSIG(end.status)) + ")";
+    }
+    if (WEXITSTATUS(end.status) == 0 && end.stopped) return "no controller came before the stop";
+    if (WEXITSTATUS(end.status) == 0 && end.made_way) {
+      return "no controller came before the key changed: the next job process has the new key";
+    }
+    return "process exited with status " + std::to_string(WEXITSTATUS(end.status));
+  }
+
+  // A job process that ends at once without a job, again and again (a machine out of memory or
+  // processes), is started again ever more slowly, up to a bound; the log says so when the wait
+  // changes, not at every end.
+  void pace(const JobEnd& end) {
+    const bool at_once = end.report.empty() && !end.made_way && end.lived_ms < quick_end_ms;
+    if (!at_once) {
+      if (delay_ms_ > respawn_delay_first_ms) {
+        log("a job process lived: the next ones start without a wait again");
+      }
+      delay_ms_ = 0;
+      return;
+    }
+    const std::int64_t next =
+        delay_ms_ == 0 ? respawn_delay_first_ms : std::min(delay_ms_ * 2, respawn_delay_max_ms);
+    if (next != delay_ms_ && next > respawn_delay_first_ms) {
+      log("job processes keep ending at once: the next starts in " +
+          rig::remote::seconds_text(next) +
+          (next == respawn_delay_max_ms ? ", and so on while they do" : ""));
+    }
+    delay_ms_ = next;
+  }
+
+  const Options& o_;
+  rig::remote::Key key_;
+  const int listen_fd_;
+  const std::string where_;
+  const int losses_fd_;
+  unsigned reloads_seen_ = 0;
+  std::int64_t delay_ms_ = 0;
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  (void)sink();
   const Options o = parse(argc, argv);
+  if (o.serve_child) {
+    // Every line a job process writes names it and its job.
+    sink().set_prefix("rigd[" + std::to_string(getpid()) + "]: job " + std::to_string(o.job) +
+                      ": ");
+  }
+  sink().route_stderr();
+  if (o.losses_fd >= 0) join_losses(o.losses_fd);
   // Every tunable now: a bad value stops the daemon here, not each job it would have served.
   try {
     rig::detail::check_tunables(rig::detail::core_tunables);
     rig::detail::check_tunables(rig::remote::remote_tunables);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "rigd: %s\n", e.what());
+    log(e.what(), Urgency::last);
     return exit_usage;
   }
   signal(SIGPIPE, SIG_IGN);
   if (o.timing_divisor > 1) {
     rig::remote::set_job_timing(rig::remote::Timing{}.scaled_down(o.timing_divisor));
   }
-  auto key = rig::remote::read_key(o.key_file);
-  if (!key) {
-    std::fprintf(stderr, "rigd: %s\n", key.error().c_str());
-    return exit_usage;
-  }
+  const std::int64_t watchdog_ms = rig::remote::job_timing().drain_timeout_ms + watchdog_margin_ms;
   if (o.serve_child) {
-    // A job's process never forks further jobs, whatever else its arguments say.
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    // A job process never forks further jobs, whatever else its arguments say. Its signals were
+    // blocked from its start (the daemon's mask); its daemon's watchdog covers its stop.
+    start_signal_thread({SIGINT, SIGTERM, SIGHUP}, 0, true);
+    auto key = first_key(o);
+    if (!key) {
+      log(key.error(), Urgency::last);
+      return exit_usage;
+    }
     return serve_one(o, *key);
+  }
+  // A --once agent is one job under a launcher: a hangup ends it as the system's default does.
+  if (o.once) {
+    start_signal_thread({SIGINT, SIGTERM}, watchdog_ms, false);
+  } else {
+    start_signal_thread({SIGINT, SIGTERM, SIGHUP}, watchdog_ms, false);
+  }
+  auto key = first_key(o);
+  if (!key) {
+    log(key.error(), Urgency::last);
+    return exit_usage;
   }
 
   // The port first, before any device is opened: a second daemon fails here, touching nothing.
   auto agent = rig::remote::listen(*key, o.host, o.port);
+  const std::string me = "rigd[" + std::to_string(getpid()) + "]: ";
+  sink().set_prefix(me);
   if (!agent) {
-    log(agent.error());
+    log(agent.error(), Urgency::last);
     return exit_failure;
   }
   (void)openers(o.kinds);  // checks --kinds now, not at the first job
@@ -246,88 +687,35 @@ int main(int argc, char** argv) {
   const std::string listening = rig::remote::listening_line(o.host, port);
   std::printf("%s\n", listening.c_str());
   std::fflush(stdout);
-  log(listening + " kinds " + o.kinds + " host " + rig::host().arch() + " key " + o.key_file);
-
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  std::thread(watchdog).detach();
+  log(listening + " kinds " + o.kinds + " host " + rig::host().arch() + " key " +
+      (o.key_file == "-" ? std::string("from stdin") : o.key_file));
 
   if (o.once) {
     rig::remote::set_agent_log([](const std::string& line) { log("job: " + line); });
+    int status = exit_failure;
+    std::string end = "job: interrupted";
     try {
       auto r = rig::remote::serve(*agent, openers(o.kinds));
-      log(r ? "job: closed" : "job: failed " + r.error());
-      return r ? 0 : exit_failure;
+      end = r ? "job: closed" : "job: failed " + r.error();
+      status = r ? 0 : exit_failure;
     } catch (const rig::remote::Break&) {
-      log("job: interrupted");
-      return exit_failure;
     }
+    sink().say_losses();
+    log(end, Urgency::last);
+    return status;
   }
 
-  // The listening socket, handed to each child; the parent never accepts on it.
+  // The listening socket, handed to each job process; the daemon never accepts on it.
   const int listen_fd = dup(rig::remote::listener_fd(*agent));
   if (listen_fd < 0) {
-    log(std::string("cannot keep the listening socket: ") + std::strerror(errno));
+    log(std::string("cannot keep the listening socket: ") + std::strerror(errno), Urgency::last);
     return exit_failure;
   }
-  const std::string self = "/proc/self/exe";
-  for (std::uint64_t job = 1; !stop_requested.load(); ++job) {
-    int pipe_fds[2];
-    if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
-      log(std::string("cannot make a report pipe: ") + std::strerror(errno));
-      return exit_failure;
-    }
-    // The child runs rigd afresh on the inherited socket: no state of the parent survives. A job
-    // process never outlives its daemon: if rigd dies, the job is interrupted.
-    rig::child::Spec spec;
-    spec.file = self;
-    spec.argv = {"rigd",
-                 "--key",
-                 o.key_file,
-                 "--listen",
-                 where,
-                 "--kinds",
-                 o.kinds,
-                 "--serve-fd",
-                 std::to_string(listen_fd),
-                 "--job",
-                 std::to_string(job),
-                 "--test-timing-divisor",
-                 std::to_string(o.timing_divisor)};
-    spec.env = {"RIG_REMOTE_REPORT=" + std::to_string(pipe_fds[1])};
-    spec.keep_fds = {listen_fd, pipe_fds[1]};
-    spec.parent_death_signal = SIGINT;
-    const auto spawned = rig::child::spawn(spec);
-    if (!spawned) {
-      log("cannot start a job process: " + spawned.error() + ": stopping");
-      return exit_failure;
-    }
-    const pid_t child = *spawned;
-    close(pipe_fds[1]);
-    log("job " + std::to_string(job) + ": waiting for a controller in process " +
-        std::to_string(child));
-    const std::string report = read_report(pipe_fds[0], child);
-    close(pipe_fds[0]);
-    const int status = rig::child::wait_exit(child);
-    std::string end;
-    if (!report.empty()) {
-      end = report;
-    } else if (WIFSIGNALED(status)) {
-      // A crash or a kill: the child reported nothing, so the signal is the root cause we know.
-      end = "process ended by signal " + std::to_string(WTERMSIG(status)) + " (" +
-            strsignal(WTERMSIG(status)) + ")";
-    } else {
-      end = "process exited with status " + std::to_string(WEXITSTATUS(status));
-    }
-    log("job " + std::to_string(job) + ": " + end);
-    if (report.empty() && !stop_requested.load()) {
-      // A job process that died without a word: do not spin if it keeps doing so.
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+  const int losses_fd = share_losses();
+  if (losses_fd < 0) {
+    log(std::string("cannot share the log's counts with job processes: ") + std::strerror(errno) +
+        ": each counts the lines it loses itself");
   }
-  log("stopped by signal " + std::to_string(stop_signal.load()));
-  return 0;
+  Daemon daemon(o, std::move(*key), listen_fd, where, losses_fd);
+  return daemon.run();
 }

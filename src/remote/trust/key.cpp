@@ -1,13 +1,16 @@
-// Keys: rig::remote::Key, key(), read_key(), and writing new key files.
+// Keys: rig::remote::Key, key(), read_key(), read_key_fd(), and writing new key files.
 #include "remote/trust/key.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sodium.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -135,47 +138,97 @@ Result<Key> key(std::string_view bytes) {
   return Key({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
 }
 
+namespace {
+
+// The checks a file that holds a key must pass: only this user may know the key. `where` makes the
+// Error's text from the reason.
+template <typename Where>
+Result<Unit> check_private_file(const struct stat& st, const Where& where) {
+  if (!S_ISREG(st.st_mode))
+    return Error(where(std::string("is ") + file_kind(st.st_mode) + ", not a regular file"));
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me)
+    return Error(where("belongs to user " + std::to_string(st.st_uid) +
+                       ", not to this process's user " + std::to_string(me)));
+  if ((st.st_mode & 077) != 0)
+    return Error(where("grants its group or others access (mode " + octal_mode(st.st_mode) +
+                       "); chmod 600 it"));
+  return Unit{};
+}
+
+// The key `fd` holds from where it stands to its end, which must come by `deadline` (a pipe's
+// writer may be slow, or leave it open). Reads one byte more than a key may have, to tell "too
+// many" from "exactly the maximum"; what lies beyond is left unread. `where` makes the Error's text
+// from the reason; no text holds a byte of the key.
+template <typename Where>
+Result<Key> read_key_bytes(int fd, std::chrono::steady_clock::time_point deadline,
+                           const Where& where) {
+  std::array<std::uint8_t, key_bytes_max + 1> buffer;
+  const Wipe wipe(buffer);
+  std::size_t got = 0;
+  while (got < buffer.size()) {
+    // Waits only where the bytes are not there yet: a regular file is always ready.
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0)
+      return Error(where("did not end within the time allowed (" + std::to_string(got) +
+                         " bytes came); the writer must close it"));
+    const ssize_t n = ::read(fd, buffer.data() + got, buffer.size() - got);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n < 0) return Error(where(errno_text("cannot read", errno)));
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > key_bytes_max)
+    return Error(
+        where("holds more than " + std::to_string(key_bytes_max) + " bytes; " + range_text()));
+  if (got < key_bytes_min)
+    return Error(where("holds " + std::to_string(got) + " bytes; " + range_text()));
+  return key({reinterpret_cast<const char*>(buffer.data()), got});
+}
+
+}  // namespace
+
 Result<Key> read_key(std::string_view path) {
   const std::string name(path);
   if (name.find('\0') != std::string::npos) return Error(file_error(path, "name holds a NUL byte"));
+  const auto where = [path](std::string_view why) { return file_error(path, why); };
 
   // One open, and every check on what it opened, so nothing can swap the file between a check and
   // the read. O_NONBLOCK lets a FIFO open without a writer (we refuse it just after); O_NOCTTY
   // keeps a terminal from becoming ours. Symbolic links are followed: the owner and mode checks
   // below apply to the target, and an attacker cannot make a file owned by us.
   Fd fd(::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) return Error(file_error(path, errno_text("cannot open", errno)));
+  if (fd.get() < 0) return Error(where(errno_text("cannot open", errno)));
 
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Error(file_error(path, errno_text("cannot stat", errno)));
-  if (!S_ISREG(st.st_mode))
-    return Error(
-        file_error(path, std::string("is ") + file_kind(st.st_mode) + ", not a regular file"));
-  const uid_t me = ::geteuid();
-  if (st.st_uid != me)
-    return Error(file_error(path, "belongs to user " + std::to_string(st.st_uid) +
-                                      ", not to this process's user " + std::to_string(me)));
-  if ((st.st_mode & 077) != 0)
-    return Error(file_error(path, "grants its group or others access (mode " +
-                                      octal_mode(st.st_mode) + "); chmod 600 it"));
+  if (::fstat(fd.get(), &st) != 0) return Error(where(errno_text("cannot stat", errno)));
+  if (auto ok = check_private_file(st, where); !ok) return Error(ok.error());
+  // A regular file never waits: the deadline is only for the shared loop.
+  return read_key_bytes(
+      fd.get(), std::chrono::steady_clock::now() + std::chrono::milliseconds(key_read_timeout_ms),
+      where);
+}
 
-  // One byte more than a key may have tells "too many" from "exactly the maximum".
-  std::array<std::uint8_t, key_bytes_max + 1> buffer;
-  const Wipe wipe(buffer);
-  std::size_t got = 0;
-  while (got < buffer.size()) {
-    const ssize_t n = ::read(fd.get(), buffer.data() + got, buffer.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error(file_error(path, errno_text("cannot read", errno)));
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
+Result<Key> read_key_fd(int fd, std::string_view name, std::int64_t timeout_ms) {
+  const auto where = [name](std::string_view why) {
+    return "key on " + std::string(name) + ": " + std::string(why);
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Error(where(errno_text("cannot stat", errno)));
+  // Typed at a terminal, the key would be echoed on the screen and kept in its scrollback.
+  if (::isatty(fd)) return Error(where("is a terminal; pipe the key in"));
+  // Redirected from a file, the key is held to a key file's rules.
+  if (S_ISREG(st.st_mode)) {
+    if (auto ok = check_private_file(st, where); !ok) return Error(ok.error());
+  } else if (S_ISDIR(st.st_mode)) {
+    return Error(where("is a directory"));
   }
-  if (got > key_bytes_max)
-    return Error(file_error(
-        path, "holds more than " + std::to_string(key_bytes_max) + " bytes; " + range_text()));
-  if (got < key_bytes_min)
-    return Error(file_error(path, "holds " + std::to_string(got) + " bytes; " + range_text()));
-  return Key({buffer.data(), got});
+  return read_key_bytes(
+      fd, std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms), where);
 }
 
 Result<Unit> write_new_key(std::string_view path) {

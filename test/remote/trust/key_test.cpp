@@ -1,4 +1,4 @@
-// Keys: key() and read_key(), each rule of "Keys and trust" with its exact refusal.
+// Keys: key(), read_key() and read_key_fd(), each rule of "Keys and trust" with its exact refusal.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,10 +9,12 @@
 #include <string>
 
 #include "remote/support.hpp"
+#include "remote/trust/key.hpp"
 #include "rig/remote.hpp"
 
 using rig::remote::key;
 using rig::remote::read_key;
+using rig::remote::read_key_fd;
 using rig::remote::test::ScratchDir;
 
 namespace {
@@ -32,6 +34,27 @@ void write_file(const std::string& path, const std::string& bytes, mode_t mode =
   }
   REQUIRE(::chmod(path.c_str(), mode) == 0);
 }
+
+// A pipe that holds `bytes`; its write end closed unless `keep_open`. Owner: the test's scope.
+struct KeyPipe {
+  int fds[2] = {-1, -1};
+  explicit KeyPipe(const std::string& bytes, bool keep_open = false) {
+    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+    // Larger than the pipe's default 64 KiB would block this thread: the cases stay below it.
+    REQUIRE(bytes.size() < 65536);
+    REQUIRE(::write(fds[1], bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+    if (!keep_open) close_writer();
+  }
+  ~KeyPipe() {
+    ::close(fds[0]);
+    close_writer();
+  }
+  void close_writer() {
+    if (fds[1] >= 0) ::close(fds[1]);
+    fds[1] = -1;
+  }
+  int reader() const { return fds[0]; }
+};
 
 }  // namespace
 
@@ -178,5 +201,87 @@ TEST_SUITE("unit") {
           "key file " + dangling + ": cannot open: No such file or directory");
     CHECK(read_key(std::string("a\0b", 3)).error() ==
           std::string("key file a\0b: name holds a NUL byte", 35));
+  }
+
+  TEST_CASE("read_key_fd takes 16 to 4096 bytes from a pipe, to its end") {
+    for (std::size_t n : {16, 32, 4096}) {
+      CAPTURE(n);
+      KeyPipe p(secret(n));
+      auto k = read_key_fd(p.reader(), "stdin");
+      REQUIRE(k.ok());
+      CHECK(*k == key(secret(n)).value());
+    }
+  }
+
+  TEST_CASE("read_key_fd refuses a wrong size, naming where it read, never the bytes") {
+    struct Case {
+      std::size_t bytes;
+      std::string why;
+    };
+    for (const auto& c : {Case{15, "holds 15 bytes; a key has 16 to 4096 bytes"},
+                          Case{0, "holds 0 bytes; a key has 16 to 4096 bytes"},
+                          Case{4097, "holds more than 4096 bytes; a key has 16 to 4096 bytes"},
+                          Case{60000, "holds more than 4096 bytes; a key has 16 to 4096 bytes"}}) {
+      CAPTURE(c.bytes);
+      KeyPipe p(secret(c.bytes));
+      auto k = read_key_fd(p.reader(), "stdin");
+      REQUIRE_FALSE(k.ok());
+      CHECK(k.error() == "key on stdin: " + c.why);
+      CHECK(k.error().find("SeC") == std::string::npos);
+    }
+  }
+
+  TEST_CASE("read_key_fd gives up on a writer that does not close, within its bound") {
+    KeyPipe p(secret(32), true);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto k = read_key_fd(p.reader(), "descriptor 5", 200);
+    const double took_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE_FALSE(k.ok());
+    CHECK(k.error() ==
+          "key on descriptor 5: did not end within the time allowed (32 bytes came); the writer "
+          "must close it");
+    CHECK(took_s >= 0.2);
+    CHECK(took_s < 5);
+  }
+
+  TEST_CASE("read_key_fd holds a redirected file to a key file's rules, and refuses a terminal") {
+    ScratchDir dir;
+    const auto path = dir.file("key");
+    write_file(path, secret(32));
+    {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      REQUIRE(fd >= 0);
+      auto k = read_key_fd(fd, "stdin");
+      ::close(fd);
+      REQUIRE(k.ok());
+      CHECK(*k == key(secret(32)).value());
+    }
+    REQUIRE(::chmod(path.c_str(), 0640) == 0);
+    {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      REQUIRE(fd >= 0);
+      CHECK(read_key_fd(fd, "stdin").error() ==
+            "key on stdin: grants its group or others access (mode 0640); chmod 600 it");
+      ::close(fd);
+    }
+    const int dir_fd = ::open(dir.file("").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(dir_fd >= 0);
+    CHECK(read_key_fd(dir_fd, "stdin").error() == "key on stdin: is a directory");
+    ::close(dir_fd);
+    CHECK(read_key_fd(-1, "stdin").error() == "key on stdin: cannot stat: Bad file descriptor");
+
+    const int tty = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (tty < 0) {
+      MESSAGE("skipped the terminal: no pseudo-terminal here");
+      return;
+    }
+    REQUIRE(::grantpt(tty) == 0);
+    REQUIRE(::unlockpt(tty) == 0);
+    const int term = ::open(::ptsname(tty), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    REQUIRE(term >= 0);
+    CHECK(read_key_fd(term, "stdin").error() == "key on stdin: is a terminal; pipe the key in");
+    ::close(term);
+    ::close(tty);
   }
 }
