@@ -4,16 +4,23 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "remote/io/timing.hpp"
 
 namespace rig::remote {
 
+// A tick at least this many tick intervals after the one before it means that this process did
+// not run meanwhile (SIGSTOP, a suspended machine): what the peer sent then may wait unread, and
+// the loop runs its timers before its reads. A late tick of a loaded machine merely postpones the
+// verdicts by one tick.
+inline constexpr std::int64_t paused_ticks_min = 10;
+
 // Owner: a connection. Threads: the loop thread. Lifetime: the connection's.
 class Liveness {
  public:
   Liveness(const Timing& timing, std::int64_t now_ms)
-      : timing_(timing), last_received_ms_(now_ms), last_sent_ms_(now_ms) {}
+      : timing_(timing), last_received_ms_(now_ms), last_sent_ms_(now_ms), last_tick_ms_(now_ms) {}
 
   // Some bytes arrived from the peer.
   void received(std::int64_t now_ms) noexcept { last_received_ms_ = now_ms; }
@@ -34,13 +41,32 @@ class Liveness {
   // Nothing waits to be sent any more.
   void settled() noexcept { backlogged_ = false; }
 
+  // The loop's tick, at every one whatever the connection's state: a tick long after the one
+  // before marks a pause of this process.
+  void ticked(std::int64_t now_ms) noexcept {
+    if (now_ms - last_tick_ms_ >= paused_ticks_min * timing_.tick_ms) {
+      paused_ms_ = now_ms - last_tick_ms_;
+      resumed_ms_ = now_ms;
+    }
+    last_tick_ms_ = now_ms;
+  }
+  // How long this process was last paused, if it resumed after `since_ms`; else 0.
+  std::int64_t paused_since(std::int64_t since_ms) const noexcept {
+    return resumed_ms_ > since_ms ? paused_ms_ : 0;
+  }
+
   enum class Verdict { fine, send_heartbeat, silent, stalled };
 
   Verdict check(std::int64_t now_ms) const noexcept {
-    if (backlogged_ && now_ms - last_progress_ms_ >= timing_.send_stall_timeout_ms) {
+    // Just resumed: the peer's bytes of the pause (its abort, likely) are read before any verdict,
+    // which the next tick gives.
+    const bool resuming = now_ms == resumed_ms_;
+    if (!resuming && backlogged_ && now_ms - last_progress_ms_ >= timing_.send_stall_timeout_ms) {
       return Verdict::stalled;
     }
-    if (now_ms - last_received_ms_ >= timing_.silence_timeout_ms) return Verdict::silent;
+    if (!resuming && now_ms - last_received_ms_ >= timing_.silence_timeout_ms) {
+      return Verdict::silent;
+    }
     if (!backlogged_ && now_ms - last_sent_ms_ >= timing_.heartbeat_idle_ms) {
       return Verdict::send_heartbeat;
     }
@@ -55,6 +81,9 @@ class Liveness {
   std::int64_t last_sent_ms_;
   std::int64_t last_progress_ms_ = 0;
   bool backlogged_ = false;
+  std::int64_t last_tick_ms_;
+  std::int64_t paused_ms_ = 0;
+  std::int64_t resumed_ms_ = std::numeric_limits<std::int64_t>::min();
 };
 
 }  // namespace rig::remote
