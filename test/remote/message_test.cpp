@@ -60,7 +60,7 @@ TEST_CASE(
   REQUIRE_FALSE(job.ok());
   CHECK(job.error() == a.name() + ": sent no greeting within 1 s");
   CHECK(took_s >= 1.0);
-  CHECK(took_s < 1.0 + 0.5 * rig::test::sanitizer_slowdown);
+  CHECK(took_s < 2.0 * rig::test::sanitizer_slowdown);  // 1 s and a tick, on a loaded machine
   // Resumed, the agent serves the next controller.
   auto next = rig::remote::connect(rig::test::load_key(key_file), {a.address()});
   REQUIRE_MESSAGE(next.ok(), (next.ok() ? "" : next.error()));

@@ -414,7 +414,8 @@ void Connection::tick(std::int64_t now) {
   switch (state_) {
     case State::connecting:
     case State::handshaking:
-      if (now - started_ms_ >= timing_.handshake_timeout_ms) {
+      // After a pause of this process the peer's greeting or proof may be waiting unread.
+      if (now - started_ms_ >= timing_.handshake_timeout_ms && !liveness_.resuming(now)) {
         owner_.on_refused(*this, handshake_timeout_text());
         close_handle();
       }
