@@ -406,3 +406,43 @@ TEST_CASE("connection: a peer silent across this process's pause: the cause says
   CHECK(j.ctl_owner.cause ==
         "h100-a: sent nothing for 10 s, while this process itself was not running for 12 s");
 }
+
+TEST_CASE("connection: a dialer that times out says what it lacked: the connection, a greeting") {
+  const DialerConfig dialer{Role::controller, "controller", new_job_id(), "h100-a",
+                            new_instance_id()};
+  // The connection never forms (nothing pumps the network: a SYN that no backlog takes).
+  {
+    ManualClock clock;
+    Reactor reactor(clock, 100);
+    MemoryNetwork net;
+    Owner owner;
+    auto p = net.connect("10.0.0.1:50000", "10.0.0.2:4123");
+    Connection c(reactor, owner, Timing{}, "h100-a");
+    c.dial(std::move(p.dialer), Handshake::dialer(the_key(), dialer));
+    for (int ms = 0; ms < 10'000; ms += 100) {
+      CHECK(owner.text().empty());
+      clock.advance(100);
+      reactor.tick_now();
+    }
+    net.pump();
+    CHECK(owner.text() == "refused cannot connect: no answer within 10 s | closed");
+  }
+  // Connected, but the agent's process takes no connection: nothing ever greets it.
+  {
+    ManualClock clock;
+    Reactor reactor(clock, 100);
+    MemoryNetwork net;
+    Owner owner;
+    auto p = net.connect("10.0.0.1:50000", "10.0.0.2:4123");
+    Connection c(reactor, owner, Timing{}, "h100-a");
+    c.dial(std::move(p.dialer), Handshake::dialer(the_key(), dialer));
+    net.pump();
+    REQUIRE(c.state() == State::handshaking);
+    for (int ms = 0; ms < 10'000; ms += 100) {
+      clock.advance(100);
+      reactor.tick_now();
+      net.pump();
+    }
+    CHECK(owner.text() == "refused sent no greeting within 10 s | closed");
+  }
+}
