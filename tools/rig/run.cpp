@@ -400,6 +400,21 @@ class Launch {
         root = (&m == &controller ? "the controller " : m.name + " ") + end;
       }
     }
+    // A controller that ended without a word (killed, crashed) after it had fallen silent (stopped,
+    // hung): the agents' cause, its silence, came first, and its end only followed. Else the
+    // operator would look for whoever sent the signal rather than at what stopped the controller.
+    if (root && !controller.end_line() && controller.stop != Stop::interrupted) {
+      for (std::size_t i = 1; i < members_.size(); ++i) {
+        const auto line = members_[i].end_line();
+        if (!line || !line->starts_with(failed_prefix)) continue;
+        const std::string cause = line->substr(failed_prefix.size());
+        if (cause.starts_with("controller: sent nothing for ") ||
+            cause.starts_with("controller: a send made no progress for ")) {
+          root = cause;
+        }
+        break;  // the first agent's cause decides, as for the root cause at large
+      }
+    }
     const bool closed = !root;
     const bool controller_ok = WIFEXITED(controller.status) && WEXITSTATUS(controller.status) == 0;
     if (closed && controller_ok) {

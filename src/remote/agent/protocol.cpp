@@ -45,10 +45,11 @@ void AgentProtocol::log(const std::string& line) const {
 void AgentProtocol::stop_listening() {
   accepting_ = false;
   if (listener_) listener_->stop();
+  // A controller that came as the job ends hears so, not a connection cut mid-handshake.
   each_connection([](Connection& c) {
     if (c.tag == stranger && (c.state() == Connection::State::handshaking ||
                               c.state() == Connection::State::connecting)) {
-      c.close_now();
+      c.turn_away();
     }
   });
 }
@@ -251,8 +252,14 @@ void AgentProtocol::tick(std::int64_t now) {
   if (has_failed() || ended()) return;
   work_.tick();
   if (has_failed()) return;
-  if (controller_ && !joined_ && now - controller_since_ms_ >= timing_.handshake_timeout_ms) {
-    return fail("controller: sent no JOIN within " + seconds_text(timing_.handshake_timeout_ms));
+  // The controller sends JOIN once every agent of the job has proven the key. It gives each
+  // handshake_timeout_ms to connect and as long again to prove, and fails the job naming the one
+  // that did not, telling this agent why: so this agent waits that long, and join_verdict_ms more
+  // for the verdict to arrive, before it blames the controller. Else a slow agent elsewhere got
+  // this healthy one blamed.
+  const std::int64_t join_wait_ms = 2 * timing_.handshake_timeout_ms + timing_.join_verdict_ms;
+  if (controller_ && !joined_ && now - controller_since_ms_ >= join_wait_ms) {
+    return fail("controller: sent no JOIN within " + seconds_text(join_wait_ms));
   }
   if (joined_ && !ready_sent_ && now - join_ms_ >= timing_.handshake_timeout_ms) {
     // The cause names both ends of a connection that did not form: this agent and the first

@@ -69,8 +69,8 @@ class AgentProtocol final : public JobProtocol {
   // message, a tick), if any: the job failed with its text, and serve raises it again.
   std::exception_ptr thrown() const { return thrown_; }
 
-  // Stops listening, and drops strangers still proving a key: they have nothing to do with a job
-  // that is ending.
+  // Stops listening, and turns away strangers still proving a key (a controller that came as the
+  // job ends hears why): they have nothing to do with a job that is ending.
   void stop_listening();
   // Ends serve once nothing of the job is left open: the reactor's own handles close and run()
   // returns.

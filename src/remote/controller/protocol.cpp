@@ -45,7 +45,26 @@ void ControllerProtocol::start() {
 }
 
 void ControllerProtocol::on_refused(Connection& c, const std::string& why) noexcept {
-  guarded([&] { fail(c.peer_name() + ": " + why); });
+  guarded([&] {
+    // The agent drops a second connection of its job's controller: that is the listing's fault.
+    if (!listed_twice(c)) fail(c.peer_name() + ": " + why);
+  });
+}
+
+bool ControllerProtocol::listed_twice(const Connection& c) {
+  // Once failed, a refused connection may have closed: its member's pointer is then stale.
+  if (has_failed() || c.tag >= members_.size()) return false;
+  const auto mine = c.greeting_instance();
+  if (!mine) return false;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    const Connection* other = members_[i].connection;
+    if (i == c.tag || other == nullptr || other->greeting_instance() != mine) continue;
+    const Member& first = members_[std::min<std::size_t>(i, c.tag)];
+    const Member& second = members_[std::max<std::size_t>(i, c.tag)];
+    fail(second.name + ": listed twice: the same agent as " + first.name);
+    return true;
+  }
+  return false;
 }
 
 // While the job closes, a connection's end is expected only once its agent has answered CLOSE with
@@ -53,12 +72,14 @@ void ControllerProtocol::on_refused(Connection& c, const std::string& why) noexc
 // as a failed job does), rather than letting close report an agent that never let go as closed.
 void ControllerProtocol::on_failed(Connection& c, const std::string& cause) noexcept {
   if (closing_ && c.tag < members_.size() && members_[c.tag].closed) return;
-  guarded([&] { fail(cause); });
+  guarded([&] {
+    if (!listed_twice(c)) fail(cause);
+  });
 }
 
-void ControllerProtocol::on_proven(Connection&) noexcept {
+void ControllerProtocol::on_proven(Connection& c) noexcept {
   guarded([&] {
-    if (has_failed()) return;
+    if (has_failed() || listed_twice(c)) return;
     if (++proven_ < members_.size()) return;
     // Every agent is in: tell each who the others are, so that they connect to each other.
     Join join;
@@ -285,14 +306,14 @@ void ControllerProtocol::close() {
 
 void ControllerProtocol::tick(std::int64_t now) {
   if (has_failed()) return;
-  // A backstop: the agents' own deadline fires first, naming both machines that did not connect.
-  if (join_sent_ms_ != 0 && ready_ < members_.size() &&
-      now - join_sent_ms_ >= timing_.handshake_timeout_ms + timing_.join_verdict_ms) {
+  // A backstop: an agent that got its JOIN answers READY or, failing to connect to the others,
+  // aborts naming both machines, before this. So the agent said nothing: the JOIN, or what it
+  // answered, did not arrive (a link that drops, a process stopped since).
+  const std::int64_t answer_ms = timing_.handshake_timeout_ms + timing_.join_verdict_ms;
+  if (join_sent_ms_ != 0 && ready_ < members_.size() && now - join_sent_ms_ >= answer_ms) {
     for (const Member& m : members_) {
-      if (!m.ready) {
-        return fail(m.name + ": did not connect to the job's other agents within " +
-                    seconds_text(timing_.handshake_timeout_ms));
-      }
+      if (!m.ready)
+        return fail(m.name + ": did not answer the JOIN within " + seconds_text(answer_ms));
     }
   }
   notice_losses();

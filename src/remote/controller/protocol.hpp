@@ -78,6 +78,10 @@ class ControllerProtocol final : public JobProtocol {
   std::vector<Device> opened(Member& member, std::size_t index, const Opened& o);
   void started();
   void tick(std::int64_t now);
+  // Fails the job if `c`'s agent greeted with the instance id of another member's: one agent
+  // listed under two spellings (127.0.0.1:P and localhost:P), which connect's comparison of the
+  // texts cannot see. Returns whether it did.
+  bool listed_twice(const Connection& c);
 
   const std::shared_ptr<JobState> state_;
   std::vector<Member> members_;

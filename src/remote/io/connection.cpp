@@ -410,12 +410,13 @@ std::size_t Connection::backlog_bytes() const noexcept {
 
 void Connection::tick(std::int64_t now) {
   if (!transport_) return;  // not dialed or adopted yet
+  liveness_.ticked(now);
   switch (state_) {
     case State::connecting:
     case State::handshaking:
-      if (now - started_ms_ >= timing_.handshake_timeout_ms) {
-        owner_.on_refused(
-            *this, "no proof of the key within " + seconds_text(timing_.handshake_timeout_ms));
+      // After a pause of this process the peer's greeting or proof may be waiting unread.
+      if (now - started_ms_ >= timing_.handshake_timeout_ms && !liveness_.resuming(now)) {
+        owner_.on_refused(*this, handshake_timeout_text());
         close_handle();
       }
       return;
@@ -443,9 +444,19 @@ void Connection::tick(std::int64_t now) {
         case Liveness::Verdict::send_heartbeat:
           send(Heartbeat{});
           return;
-        case Liveness::Verdict::silent:
-          fail(peer_name_ + ": sent nothing for " + seconds_text(timing_.silence_timeout_ms));
+        case Liveness::Verdict::silent: {
+          std::string cause =
+              peer_name_ + ": sent nothing for " + seconds_text(timing_.silence_timeout_ms);
+          // The silence fell (partly) in this process's own pause: say so, to the tenth of a
+          // second.
+          const std::int64_t paused = liveness_.paused_since(liveness_.last_received_ms());
+          if (paused > 0) {
+            cause += ", while this process itself was not running for " +
+                     seconds_text(paused / 100 * 100);
+          }
+          fail(cause);
           return;
+        }
         case Liveness::Verdict::stalled:
           fail(peer_name_ + ": a send made no progress for " +
                seconds_text(timing_.send_stall_timeout_ms));
@@ -459,6 +470,17 @@ void Connection::tick(std::int64_t now) {
     default:
       return;
   }
+}
+
+// A dialer knows how far the listener got: an agent whose process takes no connection (stopped,
+// busy ending its last job, its backlog full) never greets, and the key is then not the question.
+std::string Connection::handshake_timeout_text() const {
+  const std::string within = " within " + seconds_text(timing_.handshake_timeout_ms);
+  if (state_ == State::connecting) return "cannot connect: no answer" + within;
+  if (handshake_->state() == Handshake::State::awaiting_greeting) {
+    return "sent no greeting" + within;
+  }
+  return "no proof of the key" + within;
 }
 
 void Connection::fail(const std::string& cause) {
@@ -510,6 +532,14 @@ void Connection::drain_check(std::int64_t now) {
 }
 
 void Connection::close_now() {
+  close_handle();
+}
+
+void Connection::turn_away() {
+  if (state_ == State::handshaking && handshake_->state() == Handshake::State::awaiting_proof) {
+    handshake_->turn_away();
+    flush_handshake();  // over TCP the few bytes go to the kernel now, before the close
+  }
   close_handle();
 }
 

@@ -116,6 +116,9 @@ class Connection final : private TransportEvents {
   void end(const std::optional<Message>& final_message);
   // Closes at once, dropping what is queued (a refused handshake or a process tearing down).
   void close_now();
+  // A listener's connection still awaiting the dialer's proof: tells the dialer that this agent is
+  // ending its job (Handshake::turn_away), then closes at once. Any other connection just closes.
+  void turn_away();
 
   State state() const noexcept { return state_; }
   // Whether the peer has ended its side (EOF seen).
@@ -123,6 +126,10 @@ class Connection final : private TransportEvents {
   const std::string& peer_name() const noexcept { return peer_name_; }
   void set_peer_name(std::string name) { peer_name_ = std::move(name); }
   const Peer& peer() const { return handshake_->peer(); }
+  // A dialing connection's: the instance id in the listener's greeting, once it arrived.
+  std::optional<InstanceId> greeting_instance() const {
+    return handshake_ ? handshake_->greeting_instance() : std::nullopt;
+  }
   // The peer's address as "IP:PORT" ("[IPv6]:PORT"), or "?" once unknown.
   std::string peer_address() const;
   // Bytes queued to send and not yet handed to the kernel.
@@ -171,6 +178,8 @@ class Connection final : private TransportEvents {
   void write_buffers(Bytes owned, std::span<const Piece> pieces, std::function<void()> done);
   void tick(std::int64_t now_ms);
   void fail(const std::string& cause);
+  // Why a handshake that did not finish in time failed: what it still lacked.
+  std::string handshake_timeout_text() const;
   void broken(int uv_code);  // a write or read error, reported as the state calls for
   void drain_check(std::int64_t now_ms);
   void close_handle();

@@ -138,6 +138,7 @@ void Handshake::on_greeting_rest() {
     return refuse("malformed handshake: greeting: role " + std::to_string(role) + " unknown");
   if (instance == dialer_.instance)
     return refuse("is this process itself (the greeting carries this process's instance id)");
+  greeting_instance_ = instance;
   transcript_.insert(transcript_.end(), pending_.begin(), pending_.end());
   send_proof();
 }
@@ -217,6 +218,12 @@ void Handshake::admit(const std::optional<JobId>& serving) {
   reply(Verdict::no_job, "dialed as an agent before a controller started a job here");
 }
 
+void Handshake::turn_away() {
+  if (state_ != State::awaiting_proof)
+    throw std::invalid_argument("rig: Handshake::turn_away outside the awaiting_proof state");
+  reply(Verdict::ending, "turned away: this agent is ending its job");
+}
+
 void Handshake::reply(Verdict verdict, std::string why) {
   const bool proven = verdict == Verdict::proven;
   std::vector<std::uint8_t> head;
@@ -264,6 +271,8 @@ void Handshake::on_reply_body() {
       return refuse("serves no job yet");
     case static_cast<std::uint8_t>(Verdict::malformed):
       return refuse("refused this process's proof as malformed");
+    case static_cast<std::uint8_t>(Verdict::ending):
+      return refuse("was ending a job and turned this connection away");
     default:
       return refuse("malformed handshake: reply: verdict " + hex_byte(code) + " unknown");
   }

@@ -41,6 +41,7 @@ enum class Verdict : std::uint8_t {
   another_job = 2,  // the proof verifies, but the listener serves another job
   no_job = 3,       // an agent dialed before any controller started a job at the listener
   malformed = 4,    // the proof could not be parsed
+  ending = 5,       // the listener is ending its job: it turns the dialer away, proof or not
 };
 
 // The greeting's first 12 bytes are the same in every protocol version, so any version can read
@@ -121,6 +122,11 @@ class Handshake {
   // is the caller's moment, not the proof's, so that of two controllers racing for an idle agent
   // only the first admitted wins. Raises std::invalid_argument in any other state.
   void admit(const std::optional<JobId>& serving);
+  // Listener, still awaiting the proof: refuses the dialer as one that came while this agent ends
+  // its job (Verdict::ending, which the dialer reads after its proof, whenever that leaves), so
+  // that it hears why rather than a connection cut mid-handshake. std::invalid_argument in any
+  // other state.
+  void turn_away();
 
   // The bytes to send now; the caller sends them in order, also after a refusal (which carries the
   // verdict), then closes a refused connection.
@@ -132,6 +138,9 @@ class Handshake {
   const Peer& peer() const;
   // Once refused; std::invalid_argument before.
   const std::string& why() const;
+  // Dialer: the instance id the listener's greeting carried, once the whole greeting arrived (a
+  // proof is not needed for it: two connections that greet with one id reach one process).
+  const std::optional<InstanceId>& greeting_instance() const noexcept { return greeting_instance_; }
 
  private:
   // Which piece of which message `pending_` is collecting.
@@ -171,6 +180,7 @@ class Handshake {
   std::vector<std::uint8_t> output_;
   Peer peer_{};
   std::string why_;
+  std::optional<InstanceId> greeting_instance_;
 };
 
 }  // namespace rig::remote

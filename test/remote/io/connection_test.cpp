@@ -375,3 +375,74 @@ TEST_CASE("connection: a throw inside a callback is the connection's failure, wi
         "controller aborted: h100-a: rig: FrameDecoder::commit of 65537 bytes after prepare() gave "
         "65536");
 }
+
+TEST_CASE("connection: a pause of this process is no silence of its peer: read first, then judge") {
+  // Both ends share one reactor here, so both pause: 12 s pass between two ticks, and neither end
+  // sent anything meanwhile. The tick after the pause gives no verdict; each end's heartbeat then
+  // arrives, and the job goes on (libuv runs its timers before its reads: without this, each end
+  // would blame the other's silence).
+  Ends j;
+  j.advance(1'000);
+  j.clock.advance(12'000);
+  j.reactor.tick_now();
+  CHECK(!j.ctl_owner.cause);
+  CHECK(!j.agent_owner.cause);
+  j.net.pump();
+  j.advance(1'000);
+  CHECK(j.ctl_owner.text() == "proven");
+  CHECK(j.agent_owner.text() == "proven");
+  CHECK(j.ctl->state() == State::open);
+}
+
+TEST_CASE("connection: a peer silent across this process's pause: the cause says it was paused") {
+  Ends j;
+  j.agent_faults->drop(Flow::out, true);  // the agent's bytes vanish, its heartbeats included
+  j.advance(2'000);
+  j.clock.advance(12'030);  // this process does not run for 12.03 s
+  j.reactor.tick_now();
+  j.net.pump();
+  CHECK(!j.ctl_owner.cause);  // what came meanwhile is read before any verdict
+  j.advance(100);
+  CHECK(j.ctl_owner.cause ==
+        "h100-a: sent nothing for 10 s, while this process itself was not running for 12 s");
+}
+
+TEST_CASE("connection: a dialer that times out says what it lacked: the connection, a greeting") {
+  const DialerConfig dialer{Role::controller, "controller", new_job_id(), "h100-a",
+                            new_instance_id()};
+  // The connection never forms (nothing pumps the network: a SYN that no backlog takes).
+  {
+    ManualClock clock;
+    Reactor reactor(clock, 100);
+    MemoryNetwork net;
+    Owner owner;
+    auto p = net.connect("10.0.0.1:50000", "10.0.0.2:4123");
+    Connection c(reactor, owner, Timing{}, "h100-a");
+    c.dial(std::move(p.dialer), Handshake::dialer(the_key(), dialer));
+    for (int ms = 0; ms < 10'000; ms += 100) {
+      CHECK(owner.text().empty());
+      clock.advance(100);
+      reactor.tick_now();
+    }
+    net.pump();
+    CHECK(owner.text() == "refused cannot connect: no answer within 10 s | closed");
+  }
+  // Connected, but the agent's process takes no connection: nothing ever greets it.
+  {
+    ManualClock clock;
+    Reactor reactor(clock, 100);
+    MemoryNetwork net;
+    Owner owner;
+    auto p = net.connect("10.0.0.1:50000", "10.0.0.2:4123");
+    Connection c(reactor, owner, Timing{}, "h100-a");
+    c.dial(std::move(p.dialer), Handshake::dialer(the_key(), dialer));
+    net.pump();
+    REQUIRE(c.state() == State::handshaking);
+    for (int ms = 0; ms < 10'000; ms += 100) {
+      clock.advance(100);
+      reactor.tick_now();
+      net.pump();
+    }
+    CHECK(owner.text() == "refused sent no greeting within 10 s | closed");
+  }
+}

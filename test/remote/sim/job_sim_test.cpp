@@ -593,10 +593,12 @@ std::string quoted(const std::optional<std::string>& s) {
 // docs/protocol.md), NAME any process of the job.
 bool worded(const std::string& cause, const std::vector<std::string>& names) {
   static const std::regex forms(
-      "(closed its connection|connection failed: .+|sent nothing for 10 s|a send made no progress "
-      "for 10 s|malformed message: .+|cannot connect: .+|no proof of the key within 10 s|holds "
-      "another key|serves another job|speaks protocol version .+|did not connect to the job's "
-      "other agents within 10 s|sent no JOIN within 10 s|closed the connection during the "
+      "(closed its connection|connection failed: .+|sent nothing for 10 s|sent nothing for 10 s, "
+      "while this process itself was not running for [0-9.]+ s|a send made no progress "
+      "for 10 s|malformed message: .+|cannot connect: .+|no proof of the key within 10 s|sent no "
+      "greeting within 10 s|holds another key|serves another job|speaks protocol version .+|did "
+      "not answer the JOIN within 11 s|sent no JOIN within 21 s|listed twice: the same agent as "
+      ".+|was ending a job and turned this connection away|closed the connection during the "
       "handshake|serves no job yet|refused "
       "this process's proof as malformed|malformed handshake: .+|does not speak rig's protocol "
       "\\(its first bytes are not a rig greeting\\)|speaks protocol version .+)");
@@ -744,10 +746,9 @@ void Sim::checks(std::string& out) {
     }
     // abort-not-lost: a process records a cause of its own about a peer only if it was struck
     // itself, or the peer or the link between them was: otherwise the peer's abort reached it.
-    const bool start_timeout =
-        cause.find("did not connect to the job's other agents") != std::string::npos ||
-        cause.find("did not connect to each other") != std::string::npos ||
-        cause.find("sent no JOIN") != std::string::npos;
+    const bool start_timeout = cause.find("did not answer the JOIN") != std::string::npos ||
+                               cause.find("did not connect to each other") != std::string::npos ||
+                               cause.find("sent no JOIN") != std::string::npos;
     bool explained =
         process_faulted(p->index) || process_faulted(q->index) || link_faulted(p->index, q->index);
     // During the start a process that has failed drops the connections still proving the key

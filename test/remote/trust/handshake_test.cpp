@@ -601,3 +601,38 @@ TEST_SUITE("unit") {
     }
   }
 }
+
+TEST_CASE("a listener turns a dialer away as its job ends; the dialer reads why after its proof") {
+  auto l = listener();
+  auto d = Handshake::dialer(the_key(), controller());
+  const auto e = greet_and_prove(d, l);
+  l.turn_away();
+  REQUIRE(l.state() == State::refused);
+  CHECK(l.why() == "turned away: this agent is ending its job");
+  const Octets verdict = l.take_output();
+  CHECK(verdict == Octets{1, 0, 0, 0, static_cast<std::uint8_t>(Verdict::ending)});
+  CHECK(d.feed(verdict) == verdict.size());
+  REQUIRE(d.state() == State::refused);
+  CHECK(d.why() == "was ending a job and turned this connection away");
+  // The proof that crossed the verdict is never read; and only a listener awaiting one turns away.
+  CHECK_THROWS_AS(l.turn_away(), std::invalid_argument);
+  CHECK_THROWS_AS(d.turn_away(), std::invalid_argument);
+  (void)e;
+}
+
+TEST_CASE("a dialer knows the instance id of the listener's greeting before any proof") {
+  auto l = listener();
+  auto d = Handshake::dialer(the_key(), controller());
+  CHECK_FALSE(d.greeting_instance().has_value());
+  const Octets greeting = l.take_output();
+  // The id follows the magic, the version and the role.
+  const InstanceId sent = [&] {
+    InstanceId id;
+    std::copy_n(greeting.begin() + greeting_prefix_bytes + 1, id.size(), id.begin());
+    return id;
+  }();
+  d.feed(std::span(greeting).first(greeting.size() - 1));
+  CHECK_FALSE(d.greeting_instance().has_value());
+  d.feed(std::span(greeting).last(1));
+  CHECK(d.greeting_instance() == sent);
+}
