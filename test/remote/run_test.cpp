@@ -234,7 +234,9 @@ TEST_CASE("rig run: a controller stopped when its agents end is killed 1.1 s aft
     CHECK(line.starts_with("rig run: " + agent + "     failed "));
     CHECK(line.ends_with("controller: sent nothing for 1 s"));
   }
+  // The controller's silence, which the agents saw first, is the root cause, not rig run's kill.
   CHECK(lines[3].starts_with("rig run: the job failed: "));
+  CHECK(lines[3].ends_with("controller: sent nothing for 1 s"));
   if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
   CHECK(run.agents_left().empty());
 }
@@ -251,4 +253,43 @@ TEST_CASE("rig run: a report line that would drive the terminal is printed escap
         "rig run: agent0     stopped, as the job did not start\n"
         "rig run: the job failed: bad\\x1b[2J\n");
   CHECK(run.agents_left().empty());
+}
+
+TEST_CASE("rig run: the job's key is in no file, so a rig run killed by SIGKILL leaves none") {
+  namespace fs = std::filesystem;
+  const fs::path tmp =
+      fs::temp_directory_path() / ("rig-test-" + std::to_string(getpid())) / "key-tmpdir";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  // Wherever rig run would make a temporary file, it makes it here.
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir ? old_tmpdir : "";
+  setenv("TMPDIR", tmp.c_str(), 1);
+  RigRun run("key-nowhere", 2, {}, {rig::test::env("RIG_TEST_LAUNCHED")});
+  if (old_tmpdir) {
+    setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
+  REQUIRE(run.p->line() == "started");
+  // The agents took the key on their stdin: no path to a key is on their command lines.
+  const auto agents = run.agent_pids();
+  REQUIRE(agents.size() == 2);
+  for (pid_t pid : agents) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    CAPTURE(cmdline);
+    CHECK(cmdline.find(" --key - ") != std::string::npos);
+  }
+  run.p->signal(SIGKILL);
+  run.p->wait();
+  // The fixture's own files are there too (it makes them under TMPDIR): none of rig run's.
+  for (const auto& entry : fs::recursive_directory_iterator(tmp)) {
+    CAPTURE(entry.path());
+    CHECK(entry.path().filename().string().find("rig-run") == std::string::npos);
+    CHECK(entry.path().filename() != "job.key");
+  }
+  for (pid_t pid : agents) kill(pid, SIGKILL);
+  fs::remove_all(tmp);
 }

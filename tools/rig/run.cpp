@@ -123,13 +123,15 @@ struct Member {
 };
 
 // Spawns argv (looked up in PATH) with `env` set in its environment, the write end `report_w` of
-// its report pipe kept open in it, and its stdout on `out_w` when that is not -1.
+// its report pipe kept open in it, and its stdin on `in_r`, its stdout on `out_w`, each when not
+// -1.
 rig::Result<pid_t> spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                         int report_w, int out_w) {
+                         int report_w, int in_r, int out_w) {
   rig::child::Spec spec;
   spec.argv = argv;
   spec.search_path = true;
   spec.env = env;
+  spec.stdin_fd = in_r;
   spec.stdout_fd = out_w;
   spec.keep_fds = {report_w};  // inherited; every other descriptor of ours is close-on-exec
   return rig::child::spawn(spec);
@@ -241,7 +243,9 @@ std::variant<RunOptions, int> parse_options(std::span<char*> args) {
 }
 
 // A fresh job key: 32 random bytes as 64 hexadecimal characters, which are themselves the key's
-// bytes. Owner: the launcher; its text is wiped when it goes.
+// bytes. It never touches a file: the agents read it on their stdin (rigd --key -), the
+// controller in RIG_REMOTE_KEY, so nothing of it outlives rig run, even one killed by SIGKILL.
+// Owner: the launcher; its text is wiped when it goes.
 class JobKey {
  public:
   JobKey() = default;
@@ -249,20 +253,13 @@ class JobKey {
   JobKey& operator=(const JobKey&) = delete;
   ~JobKey() { wipe(); }
 
-  // Draws the key and writes it to `file` (created, mode 0600); an Error says why not.
-  rig::Result<rig::Unit> make(const std::string& file) {
+  // Draws the key; an Error says why not.
+  rig::Result<rig::Unit> make() {
     if (sodium_init() < 0) return rig::Error("libsodium failed to initialise");
     unsigned char raw[key_bytes];
     randombytes_buf(raw, sizeof raw);
     sodium_bin2hex(hex_, sizeof hex_, raw, sizeof raw);
     sodium_memzero(raw, sizeof raw);
-    const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, hex_, 2 * key_bytes) != static_cast<ssize_t>(2 * key_bytes)) {
-      const std::string why = std::strerror(errno);
-      if (fd >= 0) close(fd);
-      return rig::Error("cannot write the job's key: " + why);
-    }
-    close(fd);
     return rig::Unit{};
   }
   std::string text() const { return std::string(hex_, 2 * key_bytes); }
@@ -283,25 +280,40 @@ class Launch {
 
   // Starts `count` agents, each on loopback, port 0, and waits for each one's listening line;
   // RIG_REMOTE_AGENTS' text for them, or an Error (every process started is stopped).
-  rig::Result<std::string> start_agents(int count, const std::string& kinds,
-                                        const std::string& key_file) {
+  rig::Result<std::string> start_agents(int count, const std::string& kinds, const JobKey& key) {
     std::string agents_env;
-    std::vector<std::string> argv = {rigd_,         "--key",   key_file, "--listen",
-                                     "127.0.0.1:0", "--kinds", kinds,    "--once"};
+    std::vector<std::string> argv = {rigd_,         "--key",   "-",   "--listen",
+                                     "127.0.0.1:0", "--kinds", kinds, "--once"};
     if (timing_divisor_ > 1) {
       argv.insert(argv.end(), {"--test-timing-divisor", std::to_string(timing_divisor_)});
     }
     for (int i = 0; i < count; ++i) {
       Member m;
       m.name = "agent" + std::to_string(i);
-      int report[2], out[2];
-      if (pipe2(report, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+      int report[2], in[2], out[2];
+      if (pipe2(report, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0 ||
+          pipe2(out, O_CLOEXEC) != 0) {
         stop_all(SIGKILL);
         return rig::Error(std::string("pipe: ") + std::strerror(errno));
       }
+      // The key, then the end of the agent's stdin, before the agent starts: 64 bytes fit in any
+      // pipe's buffer, so the write never waits, and no agent that exits at once can make it
+      // raise SIGPIPE.
+      const std::string text = key.text();
+      const bool handed =
+          write(in[1], text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      const int write_error = errno;
+      close(in[1]);
+      if (!handed) {
+        for (int fd : {report[0], report[1], in[0], out[0], out[1]}) close(fd);
+        stop_all(SIGKILL);
+        return rig::Error(m.name +
+                          " could not be handed the job's key: " + std::strerror(write_error));
+      }
       const auto pid =
-          spawn(argv, {"RIG_REMOTE_REPORT=" + std::to_string(report[1])}, report[1], out[1]);
+          spawn(argv, {"RIG_REMOTE_REPORT=" + std::to_string(report[1])}, report[1], in[0], out[1]);
       close(report[1]);
+      close(in[0]);
       close(out[1]);
       m.report_fd = report[0];
       m.out_fd = out[0];
@@ -342,7 +354,7 @@ class Launch {
     const auto pid = spawn(program,
                            {"RIG_REMOTE_AGENTS=" + agents_env, "RIG_REMOTE_KEY=" + key_text,
                             "RIG_REMOTE_REPORT=" + std::to_string(report[1])},
-                           report[1], -1);
+                           report[1], -1, -1);
     close(report[1]);
     c.report_fd = report[0];
     if (!pid) {
@@ -403,6 +415,8 @@ class Launch {
     // A controller that ended without a word (killed, crashed) after it had fallen silent (stopped,
     // hung): the agents' cause, its silence, came first, and its end only followed. Else the
     // operator would look for whoever sent the signal rather than at what stopped the controller.
+    // Whichever agent saw the silence itself says so; the others may carry it in an abort
+    // ("agent1 aborted: controller: ..."), as which agent hears it first is a race.
     if (root && !controller.end_line() && controller.stop != Stop::interrupted) {
       for (std::size_t i = 1; i < members_.size(); ++i) {
         const auto line = members_[i].end_line();
@@ -411,8 +425,8 @@ class Launch {
         if (cause.starts_with("controller: sent nothing for ") ||
             cause.starts_with("controller: a send made no progress for ")) {
           root = cause;
+          break;
         }
-        break;  // the first agent's cause decides, as for the root cause at large
       }
     }
     const bool closed = !root;
@@ -722,14 +736,8 @@ int cmd_run(std::span<char*> args) {
   if (const int* status = std::get_if<int>(&parsed)) return *status;
   const RunOptions& o = std::get<RunOptions>(parsed);
 
-  auto dir = rig::cli::TempDir::make("rig-run");
-  if (!dir) {
-    std::fprintf(stderr, "rig run: %s\n", dir.error().c_str());
-    return exit_failure;
-  }
-  const std::string key_file = dir->path() + "/job.key";
   JobKey key;
-  if (auto made = key.make(key_file); !made) {
+  if (auto made = key.make(); !made) {
     std::fprintf(stderr, "rig run: %s\n", made.error().c_str());
     return exit_failure;
   }
@@ -751,7 +759,7 @@ int cmd_run(std::span<char*> args) {
   // all finds it (kill_all), and nothing it started outlives rig run's second Ctrl-C.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   Launch launch(rigd_path(o.rigd), o.timing_divisor);
-  auto agents_env = launch.start_agents(o.local, o.kinds, key_file);
+  auto agents_env = launch.start_agents(o.local, o.kinds, key);
   if (!agents_env) {
     std::fprintf(stderr, "rig run: %s\n", agents_env.error().c_str());
     return exit_failure;
