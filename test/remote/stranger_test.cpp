@@ -122,21 +122,15 @@ TEST_CASE("at 64 descriptors, with hundreds of strangers knocking, rig check's j
   const pid_t job = a->job_pid(1);
   barrier(a->port);
   const auto before = holdings(job);
-  // Four times as many strangers as the agent has descriptors, of every kind, then more knocking
-  // all through the check: the agent keeps `cap` of them at most, dropping the oldest.
+  // Four times as many idle strangers as the agent has descriptors, then more of every kind
+  // knocking all through the check: the agent holds `cap` of them at most, dropping the oldest, so
+  // descriptors remain for the controller, whenever one looks.
   Strangers strangers(a->port);
-  strangers.open_mixed(4 * descriptors);
-  const auto drop = a->p->err_until("dropped the oldest", 10'000);
-  REQUIRE(drop.has_value());
-  CHECK(drop->find("job 1: dropped the oldest connection that had not proven the key, to make "
-                   "room (at the cap of " +
-                   std::to_string(cap) + "); more such drops are counted every 10 s") !=
-        std::string::npos);
-  barrier(a->port);
-  const auto held = holdings(job);
-  CHECK(held.descriptors <= before.descriptors + cap);
-  CHECK(held.threads == before.threads);
+  strangers.open(4 * descriptors, StrangerKind::idle);
   strangers.knock(2000, 8 * descriptors);
+  const auto held = holdings(job);
+  CHECK(held.sockets <= 1 + cap + 1);  // the listener's, the strangers', one being accepted
+  CHECK(held.threads == before.threads);
 
   rig::test::Process check({rig::test::env("RIG_RIG"), "check", "--key", key_file, a->name()});
   std::vector<std::string> lines;
@@ -151,14 +145,21 @@ TEST_CASE("at 64 descriptors, with hundreds of strangers knocking, rig check's j
   REQUIRE(!lines.empty());
   std::smatch m;
   REQUIRE(std::regex_match(lines[0], m, std::regex(R"(job started in (\d+\.\d) ms)")));
-  CHECK(std::stod(m[1]) < 1000.0);
+  CHECK(std::stod(m[1]) < 1000.0 * rig::test::sanitizer_slowdown);
   CHECK(lines.back() == "closed; every agent answered and every byte came back");
   MESSAGE(strangers.opened() << " strangers knocked; " << all);
+  const auto drop = a->p->err_until("dropped the oldest", 5000);
+  CHECK(drop.value_or("(no such line)")
+            .find("job 1: dropped the oldest connection that had not proven the key, to make "
+                  "room (at the cap of " +
+                  std::to_string(cap) + "); more such drops are counted every 10 s") !=
+        std::string::npos);
 }
 
 TEST_CASE("a stranger that sends garbage is answered and dropped at once, not after a drain") {
   const std::string key_file = rig::test::make_key_file("strangers-garbage");
   Rigd a(key_file);
+  const pid_t job = a.job_pid(1);
   const int s = rig::test::connect_loopback(a.port);
   // A proof length over the maximum, then silence: the stranger never ends its side.
   const std::uint8_t garbage[4] = {0xff, 0xff, 0xff, 0xff};
@@ -172,12 +173,16 @@ TEST_CASE("a stranger that sends garbage is answered and dropped at once, not af
     n = ::read(s, buf, sizeof buf);
     if (n > 0) heard.insert(heard.end(), buf, buf + n);
   }
-  const double took_s = rig::test::seconds_since(t0);
-  ::close(s);
   CHECK(n == 0);
   // The greeting, then the verdict: a length of 1 and "malformed" (4).
   REQUIRE(heard.size() == rig::remote::greeting_bytes + 5);
   CHECK(heard.back() == 4);
-  // Not the drain's 10 s: the bound leaves room for a loaded machine.
-  CHECK(took_s < 1.0);
+  // The agent has closed its socket too, not drained it for 10 s waiting for an end that never
+  // comes (the stranger's socket stays open until then): only the listening one is left. The bound
+  // leaves room for a loaded machine.
+  const bool closed = within(10'000, [&] { return holdings(job).sockets == 1; });
+  const double took_s = rig::test::seconds_since(t0);
+  ::close(s);
+  CHECK(closed);
+  CHECK(took_s < 2.0 * rig::test::sanitizer_slowdown);
 }
