@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <uv.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,14 +76,17 @@ struct TestAgent {
                                       cap}) {}
   ~TestAgent() {
     protocol.shut();
+    // A transport goes only after its close is done (transport.hpp).
+    for (Stranger& s : strangers) s.end->close();
+    if (controller_end) controller_end->close_now();
     net.pump();
     // The closes the protocol issued complete while the memory of its handles lives.
     uv_run(reactor.loop(), UV_RUN_NOWAIT);
   }
 
-  Stranger knock() {
+  Stranger& knock() {
     auto pair = net.connect("10.0.0.9:" + std::to_string(50000 + knocks++), "10.0.0.1:4000");
-    Stranger s{std::move(pair.dialer)};
+    Stranger& s = strangers.emplace_back(Stranger{std::move(pair.dialer)});
     REQUIRE(s.end->start(*s.heard) == 0);
     protocol.accept(std::move(pair.listener));
     net.pump();
@@ -91,16 +95,17 @@ struct TestAgent {
     return s;
   }
 
-  // A controller's connection that proves the key.
-  std::unique_ptr<Connection> controller(ControllerEnd& owner) {
+  // A controller's connection that proves the key, reporting to controller_heard.
+  Connection& controller() {
     auto pair = net.connect("10.0.0.7:40000", "10.0.0.1:4000");
-    auto c = std::make_unique<Connection>(reactor, owner, Timing{}, "10.0.0.1:4000");
+    controller_end =
+        std::make_unique<Connection>(reactor, controller_heard, Timing{}, "10.0.0.1:4000");
     const DialerConfig config{Role::controller, "controller", new_job_id(), "10.0.0.1:4000",
                               new_instance_id()};
-    c->dial(std::move(pair.dialer), Handshake::dialer(the_key(), config));
+    controller_end->dial(std::move(pair.dialer), Handshake::dialer(the_key(), config));
     protocol.accept(std::move(pair.listener));
     net.pump();
-    return c;
+    return *controller_end;
   }
 
   const std::vector<std::pair<std::string, Opener>> kinds;
@@ -110,6 +115,9 @@ struct TestAgent {
   MemoryNetwork net;
   std::vector<std::string> log;
   int knocks = 0;
+  std::deque<Stranger> strangers;  // every stranger made, oldest first
+  ControllerEnd controller_heard;
+  std::unique_ptr<Connection> controller_end;
   AgentProtocol protocol;
 };
 
@@ -118,8 +126,8 @@ struct TestAgent {
 TEST_CASE("at the cap of strangers the oldest is dropped, and a controller with the key gets in") {
   TestAgent a(4);
   CHECK(a.protocol.strangers_max() == 4);
-  std::vector<Stranger> strangers;
-  for (int i = 0; i < 10; ++i) strangers.push_back(a.knock());
+  for (int i = 0; i < 10; ++i) a.knock();
+  const auto& strangers = a.strangers;
   // Each was greeted; the six oldest were dropped as newer ones came, the four newest wait.
   CHECK(a.protocol.strangers() == 4);
   CHECK(a.protocol.strangers_dropped() == 6);
@@ -136,15 +144,15 @@ TEST_CASE("at the cap of strangers the oldest is dropped, and a controller with 
 
   // A controller comes in behind them: its connection takes the place of the oldest stranger,
   // proves the key, and is no stranger any more.
-  ControllerEnd owner;
-  const auto c = a.controller(owner);
+  Connection* const c = &a.controller();
+  const ControllerEnd& owner = a.controller_heard;
   CHECK(owner.log == std::vector<std::string>{"proven"});
   CHECK(c->state() == Connection::State::open);
   CHECK(a.protocol.serving());
   CHECK(strangers[6].dropped());
   CHECK(a.protocol.strangers() == 3);
   // Strangers that come later push out only strangers, never the controller.
-  for (int i = 0; i < 8; ++i) strangers.push_back(a.knock());
+  for (int i = 0; i < 8; ++i) a.knock();
   CHECK(a.protocol.strangers() == 4);
   CHECK(c->state() == Connection::State::open);
   CHECK(owner.log == std::vector<std::string>{"proven"});
@@ -152,8 +160,8 @@ TEST_CASE("at the cap of strangers the oldest is dropped, and a controller with 
 
 TEST_CASE("strangers that time out or close are counted no more; none is dropped then") {
   TestAgent a(4);
-  std::vector<Stranger> strangers;
-  for (int i = 0; i < 3; ++i) strangers.push_back(a.knock());
+  for (int i = 0; i < 3; ++i) a.knock();
+  auto& strangers = a.strangers;
   CHECK(a.protocol.strangers() == 3);
   strangers[0].end->close();  // one goes away by itself
   a.net.pump();
