@@ -66,6 +66,27 @@ inline constexpr std::uint64_t part_overhead_bytes = 128;
 // A connection that has not proven the key by then is dropped (the reactor's deadline).
 inline constexpr std::uint64_t handshake_timeout_ms = 10'000;
 
+// Strangers: connections an agent accepted that have not proven the key (docs/security.md,
+// "Strangers"). Each holds a descriptor and a few KiB until it proves the key, is refused, times
+// out or is dropped; together they are at most the smallest of these, and at that cap the oldest
+// is dropped to make room for the newest, so that a peer that holds the key always gets in.
+// A job's own strangers are its controller and at most agents_max - 1 other agents, each proving
+// the key within a round trip: twice that leaves them room, and bounds what strangers cost an agent
+// (about 2048 descriptors and a few MiB).
+inline constexpr std::size_t strangers_max = 2 * agents_max;
+// At most this percentage of the descriptors the process may open (RLIMIT_NOFILE's soft limit):
+// the rest stay for the job's own connections, its devices and its files.
+inline constexpr std::size_t strangers_descriptor_percent = 50;
+// However low the descriptor limit, this many strangers may wait.
+inline constexpr std::size_t strangers_min = 4;
+// Drops to make room are logged once when they begin, then as a count at most this often.
+inline constexpr std::int64_t strangers_log_interval_ms = 10'000;
+// Once this many strangers have gone since the last time, or all of them, the agent hands the
+// memory they freed back to the system (malloc_trim), at most once a second, so that a flood
+// leaves no resident memory behind.
+inline constexpr std::size_t strangers_trim_count = 256;
+inline constexpr std::int64_t strangers_trim_interval_ms = 1000;
+
 // An agent keeps the host memory that bulk copies were staged in for the next copies, up to this
 // much, and lets it all go after this long without work: a fresh buffer costs a zeroed page per
 // 4 KiB, about a tenth of a large copy's time (bench/README.md).

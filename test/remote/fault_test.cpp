@@ -32,12 +32,15 @@
 #include "remote/wire/codec.hpp"
 #include "remote/wire/frame.hpp"
 #include "rig/remote.hpp"
+#include "support/holdings.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/wire_peer.hpp"
 
 using namespace std::chrono_literals;
+using rig::test::cpu_seconds;
 using rig::test::end_and_drain;
 using rig::test::FakeAgent;
+using rig::test::lowest_free_descriptor;
 using rig::test::Process;
 using rig::test::read_abort;
 using rig::test::read_until;
@@ -566,49 +569,59 @@ TEST_CASE("an abort still arrives when the controller fails behind bytes its pee
   job->close();
 }
 
-namespace {
+TEST_CASE(
+    "out of descriptors, an agent drops its oldest stranger and takes the controller at once") {
+  const std::string key_file = rig::test::make_key_file("nofile-stranger");
+  const auto key = rig::test::load_key(key_file);
+  Rigd a(key_file);
+  const pid_t child = a.job_pid(1);
+  // A stranger the agent greets and holds, and not one descriptor more for the child.
+  const int stranger = rig::test::connect_loopback(a.port);
+  std::uint8_t greeting[64];
+  REQUIRE(::read(stranger, greeting, sizeof greeting) > 0);
+  rlimit normal{};
+  REQUIRE(prlimit(child, RLIMIT_NOFILE, nullptr, &normal) == 0);
+  rlimit tight = normal;
+  tight.rlim_cur = lowest_free_descriptor(child);
+  REQUIRE(prlimit(child, RLIMIT_NOFILE, &tight, nullptr) == 0);
 
-// The lowest descriptor number free in process `pid`: with its limit there, its next open fails.
-rlim_t lowest_free_descriptor(pid_t pid) {
-  std::vector<bool> used;
-  for (const auto& e :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
-    const auto fd = std::stoul(e.path().filename().string());
-    if (fd >= used.size()) used.resize(fd + 1);
-    used[fd] = true;
-  }
-  rlim_t fd = 0;
-  while (fd < used.size() && used[fd]) ++fd;
-  return fd;
+  // The controller's connection finds no descriptor: the stranger's is given to it, at once, not
+  // after the stranger's 10 s (the bound leaves room for a loaded machine).
+  const auto t0 = std::chrono::steady_clock::now();
+  auto job = rig::remote::connect(key, {a.address()});
+  const double took_s = rig::test::seconds_since(t0);
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  CHECK(took_s < 1.0 * rig::test::sanitizer_slowdown);
+  pollfd p{stranger, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 5000) == 1);
+  CHECK(::read(stranger, greeting, sizeof greeting) == 0);  // dropped: the agent closed it
+  ::close(stranger);
+  const auto drop = a.p->err_until("dropped the oldest", 5000);
+  REQUIRE(drop.has_value());
+  CHECK(drop->find("job 1: dropped the oldest connection that had not proven the key, to make "
+                   "room (accept: Too many open files); more such drops are counted every 10 s") !=
+        std::string::npos);
+  REQUIRE(prlimit(child, RLIMIT_NOFILE, &normal, nullptr) == 0);
+  const rig::Device host = job->hosts()[0];
+  host.wait(rig::submit(host, std::span<const rig::Part>{}));
+  job->close();
+  CHECK(a.job_end(1).value_or("").find("job 1: closed") != std::string::npos);
 }
 
-// The CPU time process `pid` has used, in seconds (user and system, /proc/PID/stat).
-double cpu_seconds(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-}  // namespace
-
-TEST_CASE("out of descriptors, an agent leaves the connection waiting and accepts it soon after") {
+TEST_CASE("out of descriptors with no stranger to drop, an agent leaves the connection waiting") {
   const std::string key_file = rig::test::make_key_file("nofile");
   const auto key = rig::test::load_key(key_file);
   Rigd a(key_file);
   const pid_t child = a.job_pid(1);
-  // A stranger the agent greets: the child is serving, and its descriptors hold still from here
-  // (this one stays open until the test ends).
+  // A stranger the agent greets: the child is serving, and its descriptors hold still from here.
+  // Then it leaves, so that the agent has none to drop when it runs short.
   const int stranger = rig::test::connect_loopback(a.port);
   std::uint8_t greeting[64];
   REQUIRE(::read(stranger, greeting, sizeof greeting) > 0);
+  const std::size_t with_stranger = rig::test::holdings(child).descriptors;
+  ::close(stranger);
+  REQUIRE(rig::test::within(
+      5000, [&] { return rig::test::holdings(child).descriptors == with_stranger - 1; }));
   rlimit normal{};
   REQUIRE(prlimit(child, RLIMIT_NOFILE, nullptr, &normal) == 0);
   rlimit tight = normal;
@@ -632,7 +645,6 @@ TEST_CASE("out of descriptors, an agent leaves the connection waiting and accept
   const auto freed = std::chrono::steady_clock::now();
   REQUIRE(prlimit(child, RLIMIT_NOFILE, &normal, nullptr) == 0);
   controller.join();
-  ::close(stranger);
   REQUIRE(job.has_value());
   // The connection was kept, not shed: the job starts on it soon after the descriptors return
   // (the accept within 0.5 s, then the handshake; the bound leaves room for a loaded machine).

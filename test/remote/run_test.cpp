@@ -161,7 +161,8 @@ TEST_CASE("rig run: a second Ctrl-C kills a controller that ignores the first") 
   pid_t pid = 0;
   in >> pid;
   REQUIRE(pid > 0);
-  CHECK_MESSAGE(gone_within(pid, 1.0 * sanitizer_slowdown), "the controller's child outlived it");
+  CHECK_MESSAGE(gone_within(pid, static_cast<int>(1000 * sanitizer_slowdown)),
+                "the controller's child outlived it");
   kill(pid, SIGKILL);
 }
 
@@ -196,7 +197,8 @@ TEST_CASE(
   pid_t pid = 0;
   in >> pid;
   REQUIRE(pid > 0);
-  CHECK_MESSAGE(gone_within(pid, 1.0 * sanitizer_slowdown), "the controller's child outlived it");
+  CHECK_MESSAGE(gone_within(pid, static_cast<int>(1000 * sanitizer_slowdown)),
+                "the controller's child outlived it");
   kill(pid, SIGKILL);
 }
 

@@ -150,7 +150,8 @@ struct Rigd {
   static bool is_job_progress(const std::string& l) {
     return l.find("waiting for a controller") != std::string::npos ||
            l.find("started by the controller at ") != std::string::npos ||
-           l.find("cannot accept a connection at ") != std::string::npos;
+           l.find("cannot accept a connection at ") != std::string::npos ||
+           l.find("that had not proven the key, to make room") != std::string::npos;
   }
 };
 

@@ -14,7 +14,6 @@
 #include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "support/job_fixtures.hpp"
@@ -95,21 +94,6 @@ class RigRun {
   std::filesystem::path pid_file_;
   std::chrono::steady_clock::time_point started_;
 };
-
-// Whether process `pid` (not a child of the test) has ended within `seconds`: it no longer exists,
-// or is a zombie that its parent has yet to reap.
-inline bool gone_within(pid_t pid, double seconds) {
-  const auto until = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
-  for (;;) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const std::size_t paren = stat.rfind(')');
-    if (!in || paren == std::string::npos || stat.substr(paren + 2, 1) == "Z") return true;
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
 
 // The lines rig run itself printed (not its controller's).
 inline std::vector<std::string> rig_run_lines(const std::string& out) {

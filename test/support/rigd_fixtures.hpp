@@ -117,26 +117,6 @@ struct RigdProcess {
   }
 };
 
-// Whether process `pid` still exists (a zombie counts as gone: it runs nothing).
-inline bool process_exists(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string all;
-  if (!std::getline(f, all)) return false;
-  const auto close_paren = all.rfind(')');
-  return close_paren != std::string::npos && close_paren + 2 < all.size() &&
-         all[close_paren + 2] != 'Z';
-}
-
-// Waits up to `ms` for process `pid` to be gone; whether it is.
-inline bool gone_within(pid_t pid, int ms) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (process_exists(pid)) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    usleep(1000);
-  }
-  return true;
-}
-
 // A hand-made controller: connects to the agent at `port`, proves `key` as a job's controller,
 // and returns the socket, on which it then neither reads nor sends (nor closes, until the caller
 // does): a peer that will not end the job.

@@ -1,5 +1,10 @@
 #include "remote/agent/protocol.hpp"
 
+#include <sys/resource.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <string_view>
@@ -11,9 +16,23 @@
 
 namespace rig::remote {
 
+std::size_t strangers_cap(std::uint64_t descriptors_max) {
+  // No limit (RLIM_INFINITY) or a huge one: strangers_max; the product below cannot overflow.
+  const std::uint64_t limit = std::min<std::uint64_t>(descriptors_max, std::uint64_t{1} << 40);
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(
+      limit * strangers_descriptor_percent / 100, strangers_min, strangers_max));
+}
+
+std::size_t strangers_cap() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return strangers_max;
+  return strangers_cap(r.rlim_cur);
+}
+
 AgentProtocol::AgentProtocol(Reactor& reactor, const Timing& timing, const Key& key, Setup setup)
     : JobProtocol(reactor, timing, key, setup.instance),
       setup_(std::move(setup)),
+      strangers_max_(setup_.strangers_max != 0 ? setup_.strangers_max : strangers_cap()),
       work_(
           reactor, setup_.kinds, [this](const std::string& cause) { fail(cause); },
           setup_.program_signals) {
@@ -33,6 +52,7 @@ int AgentProtocol::listen(int listen_fd, std::string where) {
   where_ = std::move(where);
   listener_.emplace(reactor_.loop(), listen_fd,
                     Listener::Events{[this](int fd) { on_socket(fd); },
+                                     [this](int err) { return make_room(err); },
                                      [this](int err) { on_short_of_resources(err); },
                                      [this](const std::string& why) { on_accept_failed(why); }});
   return listener_->start();
@@ -67,10 +87,80 @@ void AgentProtocol::on_socket(int fd) noexcept {
 }
 
 void AgentProtocol::accept(std::unique_ptr<Transport> transport) {
+  // The newest stranger is the likeliest to hold the key: one that does proves it within a round
+  // trip, so the oldest has had the longest to do so.
+  while (strangers_.size() >= strangers_max_ &&
+         drop_oldest_stranger("at the cap of " + std::to_string(strangers_max_))) {
+  }
   Connection& c = add_connection("a connection");
   c.tag = stranger;
+  strangers_.push_back(&c);
   const ListenerConfig config{instance_};
   c.adopt(std::move(transport), Handshake::listener(key_, config));
+}
+
+bool AgentProtocol::make_room(int err) noexcept {
+  bool made = false;
+  step([&] { made = drop_oldest_stranger(std::string("accept: ") + std::strerror(err)); });
+  return made;
+}
+
+bool AgentProtocol::drop_oldest_stranger(const std::string& why) {
+  while (!strangers_.empty()) {
+    Connection* oldest = strangers_.front();
+    strangers_.pop_front();
+    oldest->tag = former_stranger;
+    // One timed out or refused is closing already: its descriptor is back, so it makes no room.
+    if (oldest->state() == Connection::State::closing ||
+        oldest->state() == Connection::State::closed) {
+      continue;
+    }
+    oldest->close_now();  // the descriptor is closed at once; the memory when the close is done
+    if (dropped_++ == 0) {
+      dropped_logged_ = 1;
+      dropped_logged_ms_ = reactor_.now_ms();
+      log("dropped the oldest connection that had not proven the key, to make room (" + why +
+          "); more such drops are counted every " + seconds_text(strangers_log_interval_ms));
+    }
+    return true;
+  }
+  return false;
+}
+
+void AgentProtocol::forget_stranger(Connection& c) {
+  if (c.tag != stranger) return;
+  // Strangers leave mostly in the order they came (timed out or dropped): found near the front.
+  if (auto it = std::find(strangers_.begin(), strangers_.end(), &c); it != strangers_.end()) {
+    strangers_.erase(it);
+  }
+}
+
+void AgentProtocol::on_closed(Connection& c) noexcept {
+  if (c.tag == stranger || c.tag == former_stranger) ++gone_since_trim_;
+  forget_stranger(c);
+  JobProtocol::on_closed(c);  // destroys c
+}
+
+void AgentProtocol::strangers_tick(std::int64_t now) {
+  if (dropped_ > dropped_logged_ && now - dropped_logged_ms_ >= strangers_log_interval_ms) {
+    log("dropped " + std::to_string(dropped_ - dropped_logged_) +
+        " more connections that had not proven the key, to make room, in " +
+        seconds_text(now - dropped_logged_ms_));
+    dropped_logged_ = dropped_;
+    dropped_logged_ms_ = now;
+  }
+  // Many have gone, or all that came since the last time.
+  const bool many = gone_since_trim_ >= strangers_trim_count;
+  const bool all = gone_since_trim_ > 0 && strangers_.empty();
+  if ((many || all) && now - trimmed_ms_ >= strangers_trim_interval_ms) {
+    // What thousands of strangers freed lies in small pieces all over the heap, which free() gives
+    // back to the system only from its top.
+#if defined(__GLIBC__)
+    ::malloc_trim(0);
+#endif
+    gone_since_trim_ = 0;
+    trimmed_ms_ = now;
+  }
 }
 
 // The connection waits in the kernel's backlog meanwhile; the operator hears of it once.
@@ -93,6 +183,8 @@ void AgentProtocol::on_proven(Connection& c) noexcept {
 }
 
 void AgentProtocol::proven(Connection& c) {
+  forget_stranger(c);
+  c.tag = former_stranger;  // until the role below says what it is
   const Peer& peer = c.peer();
   if (peer.role == Role::controller) {
     if (controller_ != nullptr || ended()) {
@@ -238,6 +330,7 @@ void AgentProtocol::maybe_ready() {
 }
 
 void AgentProtocol::tick(std::int64_t now) {
+  strangers_tick(now);
   if (setup_.break_requested && setup_.break_requested() && !interrupted_) {
     interrupted_ = true;
     if (job_ && !ended()) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -25,6 +26,13 @@
 #include "rig/remote.hpp"
 
 namespace rig::remote {
+
+// How many strangers an agent lets wait at once when its process may open `descriptors_max`
+// descriptors (RLIMIT_NOFILE's soft limit): strangers_descriptor_percent of them, within
+// strangers_min and strangers_max (remote/limits.hpp).
+std::size_t strangers_cap(std::uint64_t descriptors_max);
+// The same for this process's limit now.
+std::size_t strangers_cap();
 
 // Owner: serve, on its stack (or a test or simulation). Threads: the loop thread only, which is
 // serve's caller. Lifetime: serve's; it reaches nothing global, so a simulation may run several
@@ -47,6 +55,8 @@ class AgentProtocol final : public JobProtocol {
     std::uint64_t host_budget = 0;
     // The signal mask openers run with (serve's caller's); empty: the loop thread's.
     std::optional<sigset_t> program_signals;
+    // How many strangers may wait at once (0: strangers_cap of this process's descriptor limit).
+    std::size_t strangers_max = 0;
   };
 
   AgentProtocol(Reactor& reactor, const Timing& timing, const Key& key, Setup setup);
@@ -56,8 +66,14 @@ class AgentProtocol final : public JobProtocol {
   // named `where` ("HOST:PORT") in errors: each socket it accepts goes to accept(). 0, or a libuv
   // error code (the caller then shuts the job).
   int listen(int listen_fd, std::string where);
-  // A connection accepted (connected already): it must prove the key, as every stranger must.
+  // A connection accepted (connected already): it must prove the key, as every stranger must. At
+  // the cap of strangers the oldest is dropped first.
   void accept(std::unique_ptr<Transport> transport);
+  // Strangers waiting now: accepted connections that have not proven the key and are not closed.
+  std::size_t strangers() const { return strangers_.size(); }
+  // The cap on them, and how many were dropped to make room so far.
+  std::size_t strangers_max() const { return strangers_max_; }
+  std::uint64_t strangers_dropped() const { return dropped_; }
   // Whether the job still takes connections: false once it ends or fails.
   bool accepting() const { return accepting_; }
 
@@ -78,6 +94,16 @@ class AgentProtocol final : public JobProtocol {
 
  private:
   void on_socket(int fd) noexcept;
+  // Out of descriptors or memory at an accept: drops the oldest stranger, if there is one.
+  bool make_room(int err) noexcept;
+  // Closes the oldest stranger not closing already, to make room for a newer one; whether there
+  // was one. `why` says for the log what was short.
+  bool drop_oldest_stranger(const std::string& why);
+  // A stranger that proved the key or closed is one no longer.
+  void forget_stranger(Connection& c);
+  // The log of drops, and the memory strangers gave back, on the tick.
+  void strangers_tick(std::int64_t now);
+  void on_closed(Connection& c) noexcept override;
   void on_short_of_resources(int err) noexcept;
   void shortage(int err);
   void on_accept_failed(const std::string& why) noexcept;
@@ -112,11 +138,21 @@ class AgentProtocol final : public JobProtocol {
   void maybe_ready();
   void tick(std::int64_t now);
 
-  static constexpr std::uint64_t stranger = 0, controller_tag = 1, agent_tag = 2, dial_tag = 3;
+  // A stranger dropped to make room, or proven and not yet given its role, is no longer counted.
+  static constexpr std::uint64_t stranger = 0, controller_tag = 1, agent_tag = 2, dial_tag = 3,
+                                 former_stranger = 4;
 
   Setup setup_;
   std::string where_;
   std::optional<Listener> listener_;
+  // The strangers, oldest first (the tag of each is `stranger`), and their cap.
+  std::deque<Connection*> strangers_;
+  std::size_t strangers_max_;
+  std::uint64_t dropped_ = 0;         // strangers dropped to make room, in all
+  std::uint64_t dropped_logged_ = 0;  // how many of them the log has counted
+  std::int64_t dropped_logged_ms_ = 0;
+  std::size_t gone_since_trim_ = 0;  // strangers closed since memory was last handed back
+  std::int64_t trimmed_ms_ = 0;
   bool accepting_ = true;
   std::uint64_t ticker_ = 0;
   std::optional<JobId> job_;

@@ -12,8 +12,13 @@
 namespace rig::remote {
 namespace {
 
-// What a read asks libuv for at a time.
+// What a read asks libuv for at a time, once the peer has proven the key.
 constexpr std::size_t read_chunk_bytes = 64 * 1024;
+// What a read asks for before then: a handshake's messages are small (a proof at most
+// proof_body_bytes_max, read in a few pieces), and a connection that has not proven the key must
+// cost next to nothing (docs/security.md, "Strangers"), so the full-size buffers wait for the
+// proof.
+constexpr std::size_t handshake_read_bytes = 512;
 // A bulk frame's body at least this large, not all received yet, is read straight to where its
 // owner puts it; a smaller one goes through the decoder's buffer, where one copy costs little.
 constexpr std::size_t sink_bytes_min = 16 * 1024;
@@ -155,7 +160,10 @@ std::span<std::uint8_t> Connection::read_buffer(std::size_t) noexcept {
           out = decoder_.prepare(read_chunk_bytes);
           return;
         }
-        handshake_buf_.resize(read_chunk_bytes);
+        // Not open: proving the key, or ending (what arrives is discarded). A stranger gets the
+        // small buffer; a connection that was open drains through the large one.
+        const bool proven = handshake_ && handshake_->state() == Handshake::State::proven;
+        handshake_buf_.resize(proven ? read_chunk_bytes : handshake_read_bytes);
         out = handshake_buf_;
       },
       [this](const std::string& what) { thrown(what); });
@@ -175,6 +183,9 @@ void Connection::received(std::size_t bytes) {
   switch (state_) {
     case State::handshaking:
       handshake_bytes({handshake_buf_.data(), bytes});
+      // The handshake keeps what it needs of the bytes (and the decoder what followed a proof):
+      // a stranger that sent a few bytes and waits holds no read buffer.
+      handshake_buf_ = {};
       return;
     case State::open:
       if (!sink_.empty()) {
@@ -234,7 +245,11 @@ void Connection::handshake_bytes(std::span<const std::uint8_t> bytes) {
   flush_handshake();
   if (hs.state() == Handshake::State::refused) {
     owner_.on_refused(*this, hs.why());
-    // Let the verdict reach the dialer before the close, so its error can say why.
+    // Let the verdict reach the dialer before the close, so its error can say why: the close
+    // follows once it has gone to the kernel (on_shutdown). A dialer that was refused sends
+    // nothing more, so nothing of it is left unread to turn that close into a reset; a stranger
+    // that goes on sending is reset, and holds nothing of this agent for a drain.
+    refused_ = true;
     end(std::nullopt);
     return;
   }
@@ -519,7 +534,7 @@ void Connection::on_shutdown(int) noexcept {
   guard(
       [&] {
         shutdown_done_ = true;
-        if (peer_ended_ && state_ == State::ending) close_handle();
+        if ((peer_ended_ || refused_) && state_ == State::ending) close_handle();
       },
       [this](const std::string& what) { thrown(what); });
 }

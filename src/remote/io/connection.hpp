@@ -208,6 +208,7 @@ class Connection final : private TransportEvents {
   bool final_message_pending_ = false;
   bool peer_ended_ = false;
   bool shutdown_done_ = false;
+  bool refused_ = false;          // the handshake was refused: closed once the verdict has gone
   bool end_when_proven_ = false;  // end() came during the handshake, with a final message
   std::optional<Message> final_when_proven_;
   bool handle_open_ = false;  // a transport is there and not yet closing

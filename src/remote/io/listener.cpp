@@ -1,5 +1,6 @@
 #include "remote/io/listener.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -120,6 +121,12 @@ void Listener::threw(const std::string& why) noexcept {
   events_.failed(why);
 }
 
+bool Listener::connection_waiting() const {
+  pollfd p{fd_, POLLIN, 0};
+  const int n = ::poll(&p, 1, 0);
+  return n != 0;  // an error says nothing: take it that one waits
+}
+
 void Listener::accept_some() {
   for (int i = 0; i < accepts_per_turn_max && fd_ >= 0; ++i) {
     const int s = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -136,6 +143,17 @@ void Listener::accept_some() {
       case AcceptError::next:
         continue;
       case AcceptError::retry_later: {
+        // Linux takes the descriptor before it looks at the backlog, so a process at its limit
+        // fails this way after every accept, whether a connection waits or not: only one that
+        // waits calls for room (or a retry); otherwise the poll wakes the listener when one comes.
+        if (!connection_waiting()) {
+          short_ = false;
+          return;
+        }
+        // A descriptor (or the memory of a connection) given back makes the next accept succeed:
+        // the connection waiting is taken in this turn. Bounded by accepts_per_turn_max like
+        // every other accept.
+        if (events_.make_room && events_.make_room(err)) continue;
         // The connection stays in the backlog; polling now would report it again at once, so the
         // poll rests and a timer tries again.
         uv_poll_stop(&poll_);

@@ -12,10 +12,11 @@
 
 namespace rig::remote {
 
-// After an accept that failed for lack of descriptors, buffers or memory, the listener waits this
-// long before it accepts again: within the second the agent promises, and long enough that a
-// process out of descriptors spends next to nothing on the retries. The kernel keeps the
-// connection waiting in the backlog meanwhile (Linux; macOS would close it).
+// After an accept that failed for lack of descriptors, buffers or memory, and with nothing the
+// agent could let go of to make room, the listener waits this long before it accepts again:
+// within the second the agent promises, and long enough that a process out of descriptors spends
+// next to nothing on the retries. The kernel keeps the connection waiting in the backlog meanwhile
+// (Linux; macOS would close it).
 inline constexpr std::uint64_t accept_retry_ms = 500;
 // Connections accepted per wake-up before the loop turns to its other sockets and timers.
 inline constexpr int accepts_per_turn_max = 64;
@@ -38,8 +39,13 @@ class Listener {
   struct Events {
     // A connected, non-blocking socket, which now belongs to the callee.
     std::function<void(int fd)> accepted;
-    // Accepting failed for lack of resources (the errno); it is tried again after
-    // accept_retry_ms. Called once when a shortage begins, not on each retry.
+    // Accepting failed for lack of resources (the errno): the callee may close a connection it
+    // holds (the agent's oldest stranger) and return true, and the listener accepts again at
+    // once; false, and it is tried again after accept_retry_ms. Called on every such failure, so
+    // it must make room at once or answer false. May be empty (never any room).
+    std::function<bool(int err)> make_room;
+    // Accepting failed for lack of resources and make_room had nothing to give (the errno); it is
+    // tried again after accept_retry_ms. Called once when a shortage begins, not on each retry.
     std::function<void(int err)> short_of_resources;
     // Accepting cannot go on (strerror's text, or the text of an exception that an `accepted`
     // callback raised); the listener has stopped.
@@ -61,6 +67,8 @@ class Listener {
   static void on_retry(uv_timer_t* handle) noexcept;
   void threw(const std::string& why) noexcept;
   void accept_some();
+  // Whether a connection waits in the backlog (the socket polls readable).
+  bool connection_waiting() const;
 
   uv_loop_t* loop_;
   int fd_;

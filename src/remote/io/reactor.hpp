@@ -96,7 +96,7 @@ class Reactor {
     std::uint64_t token;
     Ticker ticker;
   };
-  std::vector<Entry> tickers_;
+  std::vector<Entry> tickers_;  // in the order of their tokens
   std::uint64_t next_token_ = 1;
 };
 

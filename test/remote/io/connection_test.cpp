@@ -13,6 +13,7 @@
 
 #include "remote/io/fault_transport.hpp"
 #include "remote/io/memory_transport.hpp"
+#include "remote/io/transport_support.hpp"
 #include "remote/wire/codec.hpp"
 
 using namespace rig::remote;
@@ -445,4 +446,37 @@ TEST_CASE("connection: a dialer that times out says what it lacked: the connecti
     }
     CHECK(owner.text() == "refused sent no greeting within 10 s | closed");
   }
+}
+
+TEST_CASE("connection: a stranger refused for garbage hears why and is closed at once, no drain") {
+  ManualClock clock;
+  Reactor reactor(clock, 100);
+  MemoryNetwork net;
+  auto p = net.connect("10.0.0.1:50000", "10.0.0.2:4123");
+  rig::remote::test::Recorder stranger(512);
+  REQUIRE(p.dialer->start(stranger) == 0);
+  Owner agent_owner;
+  Connection agent(reactor, agent_owner, Timing{}, "a connection");
+  REQUIRE(agent.adopt(std::move(p.listener), Handshake::listener(the_key(), {new_instance_id()})) ==
+          0);
+  net.pump();
+  REQUIRE(p.dialer->read_start() == 0);
+  // A proof length no proof has, then silence: the stranger never closes its side.
+  const std::uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff};
+  const Slice s{garbage, sizeof garbage};
+  REQUIRE(p.dialer->write({&s, 1}) == 0);
+  net.pump();
+  // No time has passed: the agent answered with its verdict and closed; it did not wait the drain's
+  // 10 s for a peer that will never end its side.
+  CHECK(agent_owner.text() ==
+        "refused malformed handshake: proof length 4294967295 over the "
+        "maximum " +
+            std::to_string(proof_body_bytes_max) + " | closed");
+  CHECK(agent.state() == State::closed);
+  // What the stranger read: the greeting, the verdict (length 1, "malformed"), then the end.
+  CHECK(stranger.bytes.size() == greeting_bytes + 5);
+  CHECK(stranger.bytes.back() == static_cast<std::uint8_t>(Verdict::malformed));
+  CHECK(stranger.log() == "connected 0, end EOF");
+  p.dialer->close();
+  net.pump();
 }
