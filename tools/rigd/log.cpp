@@ -9,11 +9,26 @@
 
 #include <cerrno>
 #include <chrono>
+#include <thread>
 
 #include "remote/wire/printable.hpp"
 
 namespace rig::rigd {
+
 namespace {
+
+// The sink's lock within log_lock_wait_ms, or none. Tried again each millisecond rather than
+// waited for with std::timed_mutex: GCC 12's ThreadSanitizer does not see that timed wait
+// (pthread_mutex_clocklock) and reports every unlock after it as wrong.
+std::unique_lock<std::mutex> lock_within(std::mutex& mu) {
+  std::unique_lock lock(mu, std::try_to_lock);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(log_lock_wait_ms);
+  while (!lock.owns_lock() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    (void)lock.try_lock();
+  }
+  return lock;
+}
 
 // What ends a line cut to fit one write.
 constexpr std::string_view cut_mark = "... (cut)";
@@ -148,7 +163,7 @@ bool LogSink::write_line(const std::string& line) {
 }
 
 bool LogSink::line(std::string_view text, Urgency urgency) {
-  std::unique_lock lock(mu_, std::chrono::milliseconds(log_lock_wait_ms));
+  auto lock = lock_within(mu_);
   if (!lock.owns_lock()) {
     count_lost(1);
     return false;
@@ -180,7 +195,7 @@ bool LogSink::line(std::string_view text, Urgency urgency) {
 void LogSink::say_losses() {
   const std::uint64_t total = lost();
   if (total == 0) return;
-  std::unique_lock lock(mu_, std::chrono::milliseconds(log_lock_wait_ms));
+  auto lock = lock_within(mu_);
   if (!lock.owns_lock()) return;
   // This line counts every loss; a separate count of the latest would only repeat it.
   losses_->unreported = 0;

@@ -88,7 +88,7 @@ class LogSink {
   bool write_line(const std::string& line);
   void count_lost(std::uint64_t n);
 
-  std::timed_mutex mu_;
+  std::mutex mu_;
   Kind kind_ = Kind::none;
   int fd_ = -1;          // what the sink writes on
   bool own_fd_ = false;  // whether fd_ is a description of the sink's own (closed with it)

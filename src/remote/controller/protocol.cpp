@@ -52,8 +52,12 @@ void ControllerProtocol::on_refused(Connection& c, const std::string& why) noexc
 }
 
 bool ControllerProtocol::listed_twice(const Connection& c) {
-  // Once failed, a refused connection may have closed: its member's pointer is then stale.
-  if (has_failed() || c.tag >= members_.size()) return false;
+  // Only a start can find an agent listed twice: once every agent has proven the key (JOIN has
+  // gone), or once the job has failed, a member's connection may have closed, and its pointer is
+  // then stale (in a close, the connections of the agents that answered CLOSED go first).
+  if (has_failed() || closing_ || proven_ >= members_.size() || c.tag >= members_.size()) {
+    return false;
+  }
   const auto mine = c.greeting_instance();
   if (!mine) return false;
   for (std::size_t i = 0; i < members_.size(); ++i) {
