@@ -29,6 +29,29 @@ namespace {
 constexpr int divisor = 10;  // rig run's 11 s for an agent become 1.1 s, SIGKILL's 2 s 0.2 s
 const std::vector<std::string> scaled = {"--test-timing-divisor", std::to_string(divisor)};
 
+// A controller that ignores SIGINT and starts a `sleep 30` that ignores it too, whose pid it
+// writes to a file named after `tag`; it prints "ready", then waits.
+struct DeafController {
+  std::string pid_file;
+  std::vector<std::string> argv;
+  explicit DeafController(const std::string& tag)
+      : pid_file(std::filesystem::temp_directory_path() / ("rig-test-" + std::to_string(getpid())) /
+                 (tag + ".pid")),
+        argv{"/bin/sh", "-c",
+             "trap '' INT; sleep 30 >/dev/null 2>&1 & echo $! > '" + pid_file +
+                 "'; echo ready; wait"} {}
+  // Checks that the sleep has gone (rig run killed it with the controller), and kills it if not.
+  void check_child_gone() const {
+    std::ifstream in(pid_file);
+    pid_t pid = 0;
+    in >> pid;
+    REQUIRE(pid > 0);
+    CHECK_MESSAGE(gone_within(pid, static_cast<int>(1000 * sanitizer_slowdown)),
+                  "the controller's child outlived it");
+    kill(pid, SIGKILL);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("rig run: a controller that ends before the job starts ends it at once, saying how") {
@@ -130,12 +153,8 @@ TEST_CASE("rig run: a job that closes in order ends with 0 and every process clo
 }
 
 TEST_CASE("rig run: a second Ctrl-C kills a controller that ignores the first") {
-  const std::string grandchild = std::filesystem::temp_directory_path() /
-                                 ("rig-test-" + std::to_string(getpid())) / "interrupted.pid";
-  RigRun run(
-      "interrupted", 2, {},
-      {"/bin/sh", "-c",
-       "trap '' INT; sleep 30 >/dev/null 2>&1 & echo $! > '" + grandchild + "'; echo ready; wait"});
+  const DeafController controller("interrupted");
+  RigRun run("interrupted", 2, {}, controller.argv);
   REQUIRE(run.p->line() == "ready");
   run.p->signal(SIGINT);
   // The first is passed on: the agents, serving no job yet, end; the controller ignores it.
@@ -157,23 +176,13 @@ TEST_CASE("rig run: a second Ctrl-C kills a controller that ignores the first") 
         "rig run: the job failed: rig run was interrupted twice\n");
   if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
   // What the controller started goes with it, though it ignores SIGINT too.
-  std::ifstream in(grandchild);
-  pid_t pid = 0;
-  in >> pid;
-  REQUIRE(pid > 0);
-  CHECK_MESSAGE(gone_within(pid, static_cast<int>(1000 * sanitizer_slowdown)),
-                "the controller's child outlived it");
-  kill(pid, SIGKILL);
+  controller.check_child_gone();
 }
 
 TEST_CASE(
     "rig run: a controller that ignores a Ctrl-C is killed 1.1 s after it, with its children") {
-  const std::string grandchild = std::filesystem::temp_directory_path() /
-                                 ("rig-test-" + std::to_string(getpid())) / "unheeded.pid";
-  RigRun run(
-      "unheeded", 2, scaled,
-      {"/bin/sh", "-c",
-       "trap '' INT; sleep 30 >/dev/null 2>&1 & echo $! > '" + grandchild + "'; echo ready; wait"});
+  const DeafController controller("unheeded");
+  RigRun run("unheeded", 2, scaled, controller.argv);
   REQUIRE(run.p->line() == "ready");
   const auto t0 = std::chrono::steady_clock::now();
   run.p->signal(SIGINT);
@@ -193,13 +202,7 @@ TEST_CASE(
         "rig run: the job failed: the controller killed, still running 1.1 s after rig run was "
         "interrupted\n");
   if (ended) CHECK(WEXITSTATUS(run.p->wait()) == 1);
-  std::ifstream in(grandchild);
-  pid_t pid = 0;
-  in >> pid;
-  REQUIRE(pid > 0);
-  CHECK_MESSAGE(gone_within(pid, static_cast<int>(1000 * sanitizer_slowdown)),
-                "the controller's child outlived it");
-  kill(pid, SIGKILL);
+  controller.check_child_gone();
 }
 
 TEST_CASE("rig run: a controller stopped when its agents end is killed 1.1 s after their end") {

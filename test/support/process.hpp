@@ -19,6 +19,21 @@
 
 namespace rig::test {
 
+// Lines from `fd` (with `pending`, as rig::child::read_line keeps it) until one contains
+// `needle`, within `ms`: that line, or nothing at the end of the output or the bound.
+inline std::optional<std::string> line_until(int fd, std::string& pending,
+                                             const std::string& needle, int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          until - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) return std::nullopt;
+    auto l = rig::child::read_line(fd, pending, static_cast<int>(left));
+    if (!l || l->find(needle) != std::string::npos) return l;
+  }
+}
+
 // One child process. Owner: the test that made it. Thread: any one at a time. Lifetime: the
 // scope; a child still running at the end is killed and reaped.
 class Process {
@@ -76,16 +91,7 @@ class Process {
   }
   // stderr lines until one contains `needle`, within `ms`; that line.
   std::optional<std::string> err_until(const std::string& needle, int ms = 10'000) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            until - std::chrono::steady_clock::now())
-                            .count();
-      if (left <= 0) return std::nullopt;
-      auto l = err_line(static_cast<int>(left));
-      if (!l) return std::nullopt;
-      if (l->find(needle) != std::string::npos) return l;
-    }
+    return line_until(err_, err_buf_, needle, ms);
   }
 
   void signal(int sig) { kill(pid_, sig); }

@@ -80,15 +80,7 @@ struct RigdProcess {
   }
   // stderr lines until one contains `needle`, within `ms`; that line.
   std::optional<std::string> err_until(const std::string& needle, int ms = 10'000) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            until - std::chrono::steady_clock::now())
-                            .count();
-      if (left <= 0) return std::nullopt;
-      auto l = err_line(static_cast<int>(left));
-      if (!l || l->find(needle) != std::string::npos) return l;
-    }
+    return line_until(err, err_buf, needle, ms);
   }
   // Every stderr line until its end (rigd's exit), within `ms`.
   std::vector<std::string> rest_of_log(int ms = 10'000) {
