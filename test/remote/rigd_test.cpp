@@ -264,6 +264,38 @@ TEST_SUITE("integration") {
     CHECK(exit_code(*a.status) == 0);
   }
 
+  TEST_CASE("SIGHUP while a job runs: the job goes on with the key it proved, to its close") {
+    const std::string key_file = make_key_file("rigd-sighup-job");
+    const auto key_a = load_key(key_file);
+    RigdProcess a({"--key", key_file});
+    a.listening();
+    const std::string me = "rigd[" + std::to_string(a.pid) + "]: ";
+    auto job = rig::remote::connect(key_a, {a.address()});
+    REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+    REQUIRE(a.err_until("job 1: started by the controller").has_value());
+    replace_key_file(key_file, "the second key of this test 0123456789");
+    kill(a.pid, SIGHUP);
+    CHECK(a.err_until("SIGHUP").value_or("") ==
+          me + "SIGHUP: key file " + key_file +
+              " reloaded: a new key, which jobs prove from the next job process on");
+    // The job process has a job: it does not make way (which it would do at its next tick, within
+    // 0.1 s: a second without a word from it is ample), and the job ends in order.
+    CHECK_FALSE(a.err_until("job 1: ", 1000).has_value());
+    {
+      // A round trip to the agent after the signal (MAKE, MADE), and the buffer let go again.
+      auto buffer = rig::Buffer::make(job->hosts().front(), 64);
+      CHECK(buffer.size() == 64);
+    }
+    CHECK_FALSE(job->failed().has_value());
+    job->close();
+    CHECK(a.err_until("job 1: ").value_or("") == me + "job 1: closed");
+    REQUIRE(a.err_until("job 2: waiting for a controller").has_value());
+    one_job(load_key(key_file), a.address());
+    kill(a.pid, SIGTERM);
+    REQUIRE(a.wait_for(5'000).has_value());
+    CHECK(exit_code(*a.status) == 0);
+  }
+
   TEST_CASE("rigd --key - reads the key from stdin to its end; SIGHUP has no file to reload") {
     const std::string bytes = "a key that came on stdin 0123456789";
     int in[2];

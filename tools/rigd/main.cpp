@@ -74,9 +74,6 @@ constexpr std::int64_t respawn_delay_max_ms = 10'000;
 // The most of a job process's report the daemon keeps: its end line holds a root cause of at most
 // reason_bytes_max and a few words.
 constexpr std::size_t report_bytes_max = rig::remote::reason_bytes_max + 1024;
-// The start of the agent's line when a controller has proven the key (AgentProtocol::proven): from
-// then on, a job process has a job to end in order.
-constexpr std::string_view job_start_line = "started by the controller at ";
 
 rig::rigd::LogSink& sink() {
   // Made by main's first line, before any other thread.
@@ -354,10 +351,8 @@ int serve_one(const Options& o, const rig::remote::Key& key) {
   const bool reported = std::getenv("RIG_REMOTE_REPORT") != nullptr;
   // The job process logs the job's start itself (only it knows the controller); the daemon logs
   // the end, which it learns even when the process dies without a word.
-  rig::remote::set_agent_log([](const std::string& line) {
-    if (line.rfind(job_start_line, 0) == 0) signals.job_started.store(true);
-    log(line);
-  });
+  rig::remote::set_agent_log([](const std::string& line) { log(line); },
+                             [] { signals.job_started.store(true); });
   auto agent = rig::remote::adopt_listener(key, o.serve_fd, o.port,
                                            rig::remote::address_text(o.host, o.port));
   try {

@@ -104,6 +104,7 @@ int listener_fd(const Agent& agent) {
 namespace {
 std::mutex agent_log_mu;
 std::function<void(const std::string&)> agent_log;
+std::function<void()> agent_started;
 
 void log_line(const std::string& line) {
   std::function<void(const std::string&)> f;
@@ -113,11 +114,20 @@ void log_line(const std::string& line) {
   }
   if (f) f(line);
 }
+void job_started() {
+  std::function<void()> f;
+  {
+    std::lock_guard lock(agent_log_mu);
+    f = agent_started;
+  }
+  if (f) f();
+}
 }  // namespace
 
-void set_agent_log(std::function<void(const std::string&)> log) {
+void set_agent_log(std::function<void(const std::string&)> log, std::function<void()> started) {
   std::lock_guard lock(agent_log_mu);
   agent_log = std::move(log);
+  agent_started = std::move(started);
 }
 
 namespace {
@@ -188,7 +198,7 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
     AgentProtocol job(
         reactor, timing, s.key,
         {process_instance(), kinds, tcp_dialer(), log_line, [] { return break_requested(); },
-         rig::detail::host_isa_level(), rig::host().budget(), caller});
+         rig::detail::host_isa_level(), rig::host().budget(), caller, 0, job_started});
     const int listen_rc = job.listen(s.fd, s.where);
     s.fd = -1;  // the job owns the socket now and closes it when listening stops
     if (listen_rc != 0) {

@@ -198,6 +198,7 @@ void AgentProtocol::proven(Connection& c) {
     c.tag = controller_tag;
     work_.set_controller(&c);
     controller_since_ms_ = reactor_.now_ms();
+    if (setup_.started) setup_.started();
     log("started by the controller at " + c.peer_address() + ", which names this agent " +
         printable(my_name_));
     return;

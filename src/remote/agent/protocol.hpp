@@ -57,6 +57,9 @@ class AgentProtocol final : public JobProtocol {
     std::optional<sigset_t> program_signals;
     // How many strangers may wait at once (0: strangers_cap of this process's descriptor limit).
     std::size_t strangers_max = 0;
+    // Called once a controller has proven the key, so that this agent serves its job (rigd's job
+    // process stops making way for a new key from then on); may be empty.
+    std::function<void()> started = nullptr;
   };
 
   AgentProtocol(Reactor& reactor, const Timing& timing, const Key& key, Setup setup);
