@@ -40,7 +40,6 @@ using namespace std::chrono_literals;
 using rig::test::cpu_seconds;
 using rig::test::end_and_drain;
 using rig::test::FakeAgent;
-using rig::test::lowest_free_descriptor;
 using rig::test::Process;
 using rig::test::read_abort;
 using rig::test::read_until;
@@ -579,11 +578,7 @@ TEST_CASE(
   const int stranger = rig::test::connect_loopback(a.port);
   std::uint8_t greeting[64];
   REQUIRE(::read(stranger, greeting, sizeof greeting) > 0);
-  rlimit normal{};
-  REQUIRE(prlimit(child, RLIMIT_NOFILE, nullptr, &normal) == 0);
-  rlimit tight = normal;
-  tight.rlim_cur = lowest_free_descriptor(child);
-  REQUIRE(prlimit(child, RLIMIT_NOFILE, &tight, nullptr) == 0);
+  rig::test::NoDescriptorLeft limit(child);
 
   // The controller's connection finds no descriptor: the stranger's is given to it, at once, not
   // after the stranger's 10 s (the bound leaves room for a loaded machine).
@@ -601,7 +596,7 @@ TEST_CASE(
   CHECK(drop->find("job 1: dropped the oldest connection that had not proven the key, to make "
                    "room (accept: Too many open files); more such drops are counted every 10 s") !=
         std::string::npos);
-  REQUIRE(prlimit(child, RLIMIT_NOFILE, &normal, nullptr) == 0);
+  REQUIRE(limit.give_back());
   const rig::Device host = job->hosts()[0];
   host.wait(rig::submit(host, std::span<const rig::Part>{}));
   job->close();
@@ -622,11 +617,7 @@ TEST_CASE("out of descriptors with no stranger to drop, an agent leaves the conn
   ::close(stranger);
   REQUIRE(rig::test::within(
       5000, [&] { return rig::test::holdings(child).descriptors == with_stranger - 1; }));
-  rlimit normal{};
-  REQUIRE(prlimit(child, RLIMIT_NOFILE, nullptr, &normal) == 0);
-  rlimit tight = normal;
-  tight.rlim_cur = lowest_free_descriptor(child);
-  REQUIRE(prlimit(child, RLIMIT_NOFILE, &tight, nullptr) == 0);
+  rig::test::NoDescriptorLeft limit(child);
 
   std::optional<rig::Result<rig::remote::Job>> job;
   std::chrono::steady_clock::time_point connected;
@@ -643,7 +634,7 @@ TEST_CASE("out of descriptors with no stranger to drop, an agent leaves the conn
   std::this_thread::sleep_for(1200ms);  // a window over two retries, not a synchronisation
   CHECK(cpu_seconds(child) - cpu_before < 0.3);
   const auto freed = std::chrono::steady_clock::now();
-  REQUIRE(prlimit(child, RLIMIT_NOFILE, &normal, nullptr) == 0);
+  REQUIRE(limit.give_back());
   controller.join();
   REQUIRE(job.has_value());
   // The connection was kept, not shed: the job starts on it soon after the descriptors return

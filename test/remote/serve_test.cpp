@@ -65,6 +65,19 @@ std::string line_of(Process& p) {
   return p.line(5000).value_or("(no line within 5 s)");
 }
 
+// A controller's thread in devices(host, "SLOW") while the test acts on the agent, from the moment
+// the agent's slow opener has begun (its "opening" line). Owner: the test's stack frame; the
+// thread is joined by join() or at the end of the scope.
+struct SlowOpen {
+  std::optional<rig::Result<std::vector<rig::Device>>> opened;
+  std::jthread thread;
+  SlowOpen(const rig::Device& host, Process& agent)
+      : thread([this, host] { opened.emplace(rig::remote::devices(host, "SLOW")); }) {
+    CHECK(line_of(agent) == "opening");
+  }
+  void join() { thread.join(); }
+};
+
 bool refuses_connections(int port) {
   const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
@@ -122,9 +135,8 @@ TEST_CASE("a job that fails while an opener runs ends on the agent within the bo
   Rigd b(key_file, {"--test-timing-divisor", std::to_string(divisor)});
   auto job = rig::remote::connect(load_key(key_file), {a.address(), b.address()});
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
-  std::optional<rig::Result<std::vector<rig::Device>>> opened;
-  std::jthread opener([&] { opened.emplace(rig::remote::devices(job->hosts()[0], "SLOW")); });
-  CHECK(line_of(a.p) == "opening");
+  SlowOpen opener(job->hosts()[0], a.p);
+  auto& opened = opener.opened;
   const auto t0 = std::chrono::steady_clock::now();
   kill(b.job_pid(1), SIGKILL);
   const std::string end = line_of(a.p);
@@ -151,9 +163,8 @@ TEST_CASE("Ctrl-C while an opener runs: serve raises Break within the bound") {
   TestAgent a(key_file, {"--slow-opener", "30000"});
   auto job = rig::remote::connect(load_key(key_file), {a.address()});
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
-  std::optional<rig::Result<std::vector<rig::Device>>> opened;
-  std::jthread opener([&] { opened.emplace(rig::remote::devices(job->hosts()[0], "SLOW")); });
-  CHECK(line_of(a.p) == "opening");
+  SlowOpen opener(job->hosts()[0], a.p);
+  auto& opened = opener.opened;
   const auto t0 = std::chrono::steady_clock::now();
   a.p.signal(SIGINT);
   CHECK(line_of(a.p) == "interrupted");
@@ -237,9 +248,8 @@ TEST_CASE("a close while an opener runs applies after it, in order") {
   TestAgent a(key_file, {"--slow-opener", "2000"});
   auto job = rig::remote::connect(load_key(key_file), {a.address()});
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
-  std::optional<rig::Result<std::vector<rig::Device>>> opened;
-  std::jthread opener([&] { opened.emplace(rig::remote::devices(job->hosts()[0], "SLOW")); });
-  CHECK(line_of(a.p) == "opening");
+  SlowOpen opener(job->hosts()[0], a.p);
+  auto& opened = opener.opened;
   const auto t0 = std::chrono::steady_clock::now();
   job->close();
   const double took = seconds_since(t0);

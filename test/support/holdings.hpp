@@ -131,4 +131,32 @@ class ChildDescriptorLimit {
   rlimit normal_{};
 };
 
+// Leaves process `pid` (a job process that is running) not one descriptor more than it holds now:
+// its soft limit is its lowest free descriptor, until give_back() or the end of the scope.
+// Owner: the test's stack frame; its thread.
+class NoDescriptorLeft {
+ public:
+  explicit NoDescriptorLeft(pid_t pid) : pid_(pid) {
+    REQUIRE(prlimit(pid_, RLIMIT_NOFILE, nullptr, &normal_) == 0);
+    rlimit tight = normal_;
+    tight.rlim_cur = lowest_free_descriptor(pid_);
+    REQUIRE(prlimit(pid_, RLIMIT_NOFILE, &tight, nullptr) == 0);
+  }
+  ~NoDescriptorLeft() { (void)give_back(); }
+  NoDescriptorLeft(const NoDescriptorLeft&) = delete;
+  NoDescriptorLeft& operator=(const NoDescriptorLeft&) = delete;
+
+  // The process's limit as it was; whether it could be given back (once: later calls say true).
+  bool give_back() {
+    if (given_back_) return true;
+    given_back_ = true;
+    return prlimit(pid_, RLIMIT_NOFILE, &normal_, nullptr) == 0;
+  }
+
+ private:
+  pid_t pid_;
+  rlimit normal_{};
+  bool given_back_ = false;
+};
+
 }  // namespace rig::test

@@ -557,8 +557,9 @@ class Launch {
         stop = "killed, stopped " + seconds(bounds_.agent_end_ms) + " after the agents ended";
         break;
     }
-    if (m.killed && m.stop != Stop::interrupted && m.stop != Stop::interrupt_unheeded &&
-        m.stop != Stop::stopped_after_agents) {
+    // Only a SIGTERM that went unheeded ends in SIGKILL; the other stops are kills from the start.
+    const bool terminated = m.stop == Stop::job_not_started || m.stop == Stop::outlived_controller;
+    if (m.killed && terminated) {
       stop += " (killed " + seconds(bounds_.stop_ms) + " after SIGTERM)";
     }
     if (const auto line = m.end_line()) return stop.empty() ? *line : *line + "; " + stop;

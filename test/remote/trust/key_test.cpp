@@ -56,6 +56,19 @@ struct KeyPipe {
   int reader() const { return fds[0]; }
 };
 
+// Keys of a wrong size and what a refusal says of each, for a file and a descriptor alike. The
+// largest still fits in a pipe's buffer, so a test's writer never waits for its reader.
+struct WrongSize {
+  std::size_t bytes;
+  std::string why;
+};
+const WrongSize wrong_sizes[] = {
+    {15, "holds 15 bytes; a key has 16 to 4096 bytes"},
+    {0, "holds 0 bytes; a key has 16 to 4096 bytes"},
+    {4097, "holds more than 4096 bytes; a key has 16 to 4096 bytes"},
+    {60000, "holds more than 4096 bytes; a key has 16 to 4096 bytes"},
+};
+
 }  // namespace
 
 TEST_SUITE("unit") {
@@ -125,14 +138,7 @@ TEST_SUITE("unit") {
 
   TEST_CASE("read_key refuses a key file with the wrong size, naming the file, never the bytes") {
     ScratchDir dir;
-    struct Case {
-      std::size_t bytes;
-      std::string why;
-    };
-    for (const auto& c : {Case{15, "holds 15 bytes; a key has 16 to 4096 bytes"},
-                          Case{0, "holds 0 bytes; a key has 16 to 4096 bytes"},
-                          Case{4097, "holds more than 4096 bytes; a key has 16 to 4096 bytes"},
-                          Case{100000, "holds more than 4096 bytes; a key has 16 to 4096 bytes"}}) {
+    for (const WrongSize& c : wrong_sizes) {
       CAPTURE(c.bytes);
       const auto path = dir.file("key" + std::to_string(c.bytes));
       write_file(path, secret(c.bytes));
@@ -214,14 +220,7 @@ TEST_SUITE("unit") {
   }
 
   TEST_CASE("read_key_fd refuses a wrong size, naming where it read, never the bytes") {
-    struct Case {
-      std::size_t bytes;
-      std::string why;
-    };
-    for (const auto& c : {Case{15, "holds 15 bytes; a key has 16 to 4096 bytes"},
-                          Case{0, "holds 0 bytes; a key has 16 to 4096 bytes"},
-                          Case{4097, "holds more than 4096 bytes; a key has 16 to 4096 bytes"},
-                          Case{60000, "holds more than 4096 bytes; a key has 16 to 4096 bytes"}}) {
+    for (const WrongSize& c : wrong_sizes) {
       CAPTURE(c.bytes);
       KeyPipe p(secret(c.bytes));
       auto k = read_key_fd(p.reader(), "stdin");
