@@ -432,6 +432,7 @@ TEST_CASE("killing an agent wakes 8 threads waiting on its proxies with Lost and
   // the cause names the killed agent, and every thread wakes with the job's one cause.
   const auto cause = job.failed();
   REQUIRE(cause.has_value());
+  CAPTURE(*cause);
   CHECK((*cause == a.name() + ": closed its connection" ||
          *cause == b.name() + " aborted: " + a.name() + ": closed its connection"));
   for (int t = 0; t < 8; ++t) {
