@@ -134,6 +134,83 @@ Result<Job> connect(const Key& key, const std::vector<Address>& agents);
 // report descriptor.
 std::optional<Result<Job>> launched();
 
+// Rails: repeated transfers between host memory of two machines of a job, carried over the job's
+// own connection between those two machines' processes, never through a third (docs/rails.md).
+
+// `bytes` from `from` at from_offset to `to` at to_offset.
+struct Transfer {
+  Buffer from;
+  std::size_t from_offset = 0;
+  Buffer to;
+  std::size_t to_offset = 0;
+  std::size_t bytes = 0;
+};
+
+// What every count of a failed job's rails is raised to, on every process (RIG_RAIL_RAISED).
+inline constexpr std::uint64_t rail_raised = UINT64_MAX;
+
+struct RailCore;
+
+// A rail: a fixed list of transfers, each round carried whole. A cheap handle; every copy refers to
+// the same rail, and every call is safe from many threads at once. The rail lives while a handle
+// or a run given it (Arg::rail) does, and at most as long as its job.
+class Rail {
+ public:
+  Rail() = default;
+
+  // The host of the source's machine ("CPU@A", or rig::host()), and of the destination's.
+  const Device& from() const;
+  const Device& to() const;
+
+  // Carries every transfer once more, ordered by memory as a copy is (docs/rails.md): returns the
+  // round's number (1, 2, ...) once the round is queued. Blocks only while the source's
+  // connection sends an earlier message, or while the rail has more than 64 MiB of rounds not
+  // yet arrived. Raises Lost with the root cause once the job has failed, std::invalid_argument
+  // once it has closed or once the rail was handed to host code (Arg::rail), whose rounds start
+  // where it runs.
+  std::uint64_t go();
+
+  // Rounds whose sources may be written again, and rounds whose bytes are all in place: counts
+  // that only grow, as this process knows them; rail_raised once the job has failed.
+  std::uint64_t sent() const;
+  std::uint64_t arrived() const;
+  // Return once the count has reached `round`; raise Lost with the root cause once the job has
+  // failed (at once if it has).
+  void wait_sent(std::uint64_t round) const;
+  void wait_arrived(std::uint64_t round) const;
+
+  explicit operator bool() const noexcept { return core_ != nullptr; }
+  explicit Rail(std::shared_ptr<RailCore> core) noexcept : core_(std::move(core)) {}
+  const std::shared_ptr<RailCore>& core() const noexcept { return core_; }
+
+ private:
+  std::shared_ptr<RailCore> core_;
+};
+
+// Makes a rail of `transfers` (one round trip to each agent end, in parallel). Every `from`
+// buffer is on one machine's host, every `to` on another's: hosts of this process's open job, or
+// rig::host(). Error with the root cause if the job has failed, "the job has closed" once it has;
+// std::invalid_argument, nothing sent, for no transfers, a transfer of no bytes, a range outside
+// its buffer, overlapping destinations, buffers on more than one machine at one end, both ends on
+// one machine, or a buffer not on a host of the job.
+Result<Rail> rail(std::span<const Transfer> transfers);
+
+// What code compiled elsewhere may know of a device of a job (the spec's capability records): for
+// a host, its machine's name and address and the function that makes rails; for a proxy, its
+// machine's and only the agent's id for the device, so that nothing here can build a vendor
+// object (a CUDA graph) for it.
+struct Record {
+  enum class Of : std::uint8_t { host, device };
+  Of of = Of::host;
+  std::string machine;  // "h100-b", "127.0.0.1:41234"
+  std::string address;  // "HOST:PORT" as the controller dialed it
+  std::uint32_t device = 0;                                  // a proxy's id at its agent; 0: host
+  Result<Rail> (*make_rail)(std::span<const Transfer>) = nullptr;  // a host's: rail()
+};
+
+// The record of `d`, a host or proxy of this process's last job; nothing for any other device.
+std::optional<Record> record(const Device& d);
+
 // Agents.
 
 // Raised where a requested break (Ctrl-C) ends a wait of serve or close.

@@ -165,15 +165,26 @@ struct Copy {
 
 enum class Access : std::uint8_t { read, write, read_write };
 
+namespace detail {
+class RunObject;
+}  // namespace detail
+namespace remote {
+class Rail;
+}  // namespace remote
+
 // A run argument: a plain 64-bit word, or the device address of a buffer (plus an offset) with the
-// access the run makes to it, which orders the run against other work on that buffer.
+// access the run makes to it, which orders the run against other work on that buffer, or an object
+// of rig's that the run's code receives the address of its record for (a rail: rig_rail).
 struct Arg {
   struct Mem {
     Buffer buffer;
     Access access = Access::read;
     std::size_t offset = 0;
   };
-  std::variant<std::uint64_t, Mem> value;
+  struct Object {
+    std::shared_ptr<const detail::RunObject> object;
+  };
+  std::variant<std::uint64_t, Mem, Object> value;
 
   static Arg word(std::uint64_t w) { return Arg{w}; }
   static Arg f32(float f);
@@ -186,6 +197,10 @@ struct Arg {
   static Arg inout(Buffer b, std::size_t offset = 0) {
     return Arg{Mem{std::move(b), Access::read_write, offset}};
   }
+  // Rail `r`, for host code on one of its two machines, run on that machine's host (a host of the
+  // rail's job): the code receives the address of a rig_rail (rig/kernel.h) and may drive the rail
+  // from there; the controller's go() then raises. Defined by rig::remote (rig/remote.hpp).
+  static Arg rail(const remote::Rail& r);
 };
 
 // A launch shape: a grid of blocks of threads. Host code sees it and walks it itself.

@@ -62,6 +62,22 @@ struct RunBuffer {
   std::size_t offset;
 };
 
+// An object of rig's other than memory that a run argument hands to the run's code (Arg::Object):
+// a remote job's rail. Owner: the Arg and the work that carry it. Threads: any.
+class RunObject {
+ public:
+  virtual ~RunObject() = default;
+  // Raises std::invalid_argument unless a run on `d` may take it.
+  virtual void check_run_on(const DeviceCore& d) const = 0;
+};
+
+// Where an object argument of a run went: its word. Only a driver that can place such objects (a
+// proxy) ever receives one: check_run_on refuses every other.
+struct RunObjectArg {
+  std::uint32_t word;
+  std::shared_ptr<const RunObject> object;
+};
+
 // A validated run: the entry resolved, buffer arguments turned into device addresses. Work's
 // containers come from the block pool (core/pool.hpp): a submission may be made in a signal
 // handler, where malloc is not safe.
@@ -72,6 +88,7 @@ struct RunWork {
   PoolVector<std::uint64_t> words;
   PoolVector<std::shared_ptr<BufferCore>> buffers;  // held until the run is done
   PoolVector<RunBuffer> buffer_args;                // parallel to `buffers`
+  PoolVector<RunObjectArg> objects;                 // words left 0 here
 };
 
 using WorkPart = std::variant<CopyWork, RunWork>;

@@ -101,11 +101,18 @@ detail::RunWork validate_run(DeviceCore& d, const Run& r, std::size_t part,
     misuse(where() + std::to_string(r.args.size()) + " arguments, more than the " +
            std::to_string(detail::run_args_max) + " a run takes");
   }
-  detail::RunWork w{r.image.core(), entry, r.shape, {}, {}, {}};
+  detail::RunWork w{r.image.core(), entry, r.shape, {}, {}, {}, {}};
   w.words.reserve(r.args.size());
   for (std::size_t i = 0; i < r.args.size(); ++i) {
     if (const auto* word = std::get_if<std::uint64_t>(&r.args[i].value)) {
       w.words.push_back(*word);
+      continue;
+    }
+    if (const auto* object = std::get_if<Arg::Object>(&r.args[i].value)) {
+      if (!object->object) misuse(where() + "argument " + std::to_string(i) + " is an empty object");
+      object->object->check_run_on(d);
+      w.objects.push_back({static_cast<std::uint32_t>(w.words.size()), object->object});
+      w.words.push_back(0);
       continue;
     }
     const auto& mem = std::get<Arg::Mem>(r.args[i].value);

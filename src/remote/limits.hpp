@@ -52,6 +52,10 @@ inline constexpr std::size_t wire_reaches_max = wire_devices_max * wire_devices_
 // Bulk bytes (copies, programs) travel in PAYLOAD and DATA frames of at most this much: big enough
 // that TCP streams at full speed, small enough that the frame limit keeps its meaning.
 inline constexpr std::size_t chunk_bytes = 1 * MiB;
+// A rail's transfers, and the rails a process holds at once (each takes two count words of a
+// fixed table, so that a child of fork can raise them all: job/rail_count.hpp).
+inline constexpr std::size_t rail_transfers_max = 4096;
+inline constexpr std::size_t rails_max = 4096;
 // A program sent to an agent: as large as a rig.program file may be read.
 inline constexpr std::uint64_t program_bytes_max = 4ull * 1024 * MiB;
 

@@ -88,7 +88,13 @@ struct Helper {
 
 AgentWork::AgentWork(Reactor& reactor, const std::vector<std::pair<std::string, Opener>>& kinds,
                      Fail fail, std::optional<sigset_t> program_signals)
-    : reactor_(reactor), kinds_(kinds), fail_(std::move(fail)), program_signals_(program_signals) {
+    : reactor_(reactor),
+      kinds_(kinds),
+      fail_(std::move(fail)),
+      program_signals_(program_signals),
+      rails_(
+          reactor, [this](const std::string& cause) { this->fail(cause); },
+          [this] { pump(); }) {
   devices_[0] = rig::host();
   uv_idle_init(reactor_.loop(), &idle_);
   idle_.data = this;
@@ -107,6 +113,7 @@ AgentWork::~AgentWork() {
 void AgentWork::shut() {
   if (shut_) return;
   shut_ = true;
+  rails_.shut();
   running_.reset();
   queue_.clear();
   // A call still running on the helper thread returns there; its result is dropped.
@@ -277,7 +284,7 @@ void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
 }
 
 void AgentWork::pump() {
-  while (!shut_ && !running_ && !then_ && !queue_.empty()) {
+  while (!shut_ && !running_ && !then_ && !rails_.waiting() && !queue_.empty()) {
     if (receiving_ && queue_.size() == 1) return;  // its bytes are still coming
     Op op = std::move(queue_.front());
     queue_.pop_front();
@@ -327,6 +334,10 @@ void AgentWork::apply(Op& op) {
     return pieces ? join_staged(op) : submit(*s, op);
   }
   if (const auto* o = std::get_if<Open>(&m)) return open(*o);
+  if (const auto* r = std::get_if<RailMake>(&m)) return rails_.make(*r, memory_);
+  if (const auto* g = std::get_if<RailGo>(&m)) return rails_.go(*g);
+  if (const auto* e = std::get_if<RailExpect>(&m)) return rails_.expect(*e);
+  if (const auto* n = std::get_if<RailEnd>(&m)) return rails_.end(*n);
   if (const auto* k = std::get_if<Make>(&m)) return make(*k);
   if (const auto* l = std::get_if<Load>(&m)) return load(*l, op);
   if (const auto* f = std::get_if<Free>(&m)) {
@@ -595,6 +606,15 @@ void AgentWork::submit(const Submit& m, Op& op) {
         r.args.push_back(Arg::word(a.word));
         continue;
       }
+      if (a.access == WireArg::rail) {
+        const auto word = rails_.record_word(a.memory);
+        if (!word) {
+          return fail("SUBMIT names rail " + std::to_string(a.memory) +
+                      ", which the job does not hold on this machine");
+        }
+        r.args.push_back(Arg::word(*word));
+        continue;
+      }
       if (a.access > static_cast<std::uint8_t>(Access::read_write)) {
         return fail("controller: malformed message: SUBMIT argument access " +
                     std::to_string(a.access));
@@ -719,6 +739,7 @@ void AgentWork::close(std::function<void()> done) {
 }
 
 void AgentWork::release() {
+  rails_.shut();
   running_.reset();
   staging_->clear();
   queue_.clear();

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "remote/agent/agent_rails.hpp"
 #include "remote/io/connection.hpp"
 #include "remote/io/reactor.hpp"
 #include "remote/limits.hpp"
@@ -78,9 +79,15 @@ class AgentWork {
   AgentWork& operator=(const AgentWork&) = delete;
 
   // Where answers go: the controller's connection, once it has proven the key.
-  void set_controller(Connection* c) { controller_ = c; }
+  void set_controller(Connection* c) {
+    controller_ = c;
+    rails_.set_controller(c);
+  }
+  // The job's rails on this machine, for what arrives for them on any connection.
+  AgentRails& rails() { return rails_; }
 
-  // A message of the controller's work (OPEN, MAKE, FREE, LOAD, UNLOAD, SUBMIT).
+  // A message of the controller's work (OPEN, MAKE, FREE, LOAD, UNLOAD, SUBMIT, and a rail's RAIL,
+  // RAIL_GO, RAIL_EXPECT, RAIL_END).
   void message(Message&& m);
   // PAYLOAD bytes: the program of a LOAD, or the bytes of a SUBMIT's copies from the controller.
   // `bytes` of them at `from`, or, with `from` null, placed already where payload_sink said.
@@ -98,7 +105,9 @@ class AgentWork {
   static bool handles(const Message& m) {
     return std::holds_alternative<Open>(m) || std::holds_alternative<Make>(m) ||
            std::holds_alternative<Free>(m) || std::holds_alternative<Load>(m) ||
-           std::holds_alternative<Unload>(m) || std::holds_alternative<Submit>(m);
+           std::holds_alternative<Unload>(m) || std::holds_alternative<Submit>(m) ||
+           std::holds_alternative<RailMake>(m) || std::holds_alternative<RailGo>(m) ||
+           std::holds_alternative<RailExpect>(m) || std::holds_alternative<RailEnd>(m);
   }
 
  private:
@@ -134,7 +143,9 @@ class AgentWork {
   };
 
   void pump();
-  bool idle() const { return !running_ && !then_ && queue_.empty() && !receiving_; }
+  bool idle() const {
+    return !running_ && !then_ && !rails_.waiting() && queue_.empty() && !receiving_;
+  }
   void release();
   void apply(Op& op);
   void open(const Open& m);
@@ -195,6 +206,7 @@ class AgentWork {
   uv_async_t async_{};
   std::optional<sigset_t> program_signals_;
   std::shared_ptr<Helper> helper_;
+  AgentRails rails_;
 };
 
 }  // namespace rig::remote

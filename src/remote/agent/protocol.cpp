@@ -37,6 +37,16 @@ AgentProtocol::AgentProtocol(Reactor& reactor, const Timing& timing, const Key& 
           reactor, setup_.kinds, [this](const std::string& cause) { fail(cause); },
           setup_.program_signals) {
   ticker_ = reactor_.add_ticker([this](std::int64_t now) { step([&] { tick(now); }); });
+  // A rail's other end, when it is another agent: its proven connection, by the name JOIN gave.
+  work_.rails().set_links([this](const std::string& name) -> Connection* {
+    Connection* found = nullptr;
+    each_connection([&](Connection& c) {
+      if (c.tag == agent_tag && c.state() == Connection::State::open && c.peer().name == name) {
+        found = &c;
+      }
+    });
+    return found;
+  });
 }
 
 void AgentProtocol::threw(const std::string& why) noexcept {
@@ -224,6 +234,7 @@ void AgentProtocol::on_job_message(Connection& c, Message&& m) noexcept {
 
 void AgentProtocol::message(Connection& c, Message&& m) {
   if (c.tag == controller_tag) return from_controller(std::move(m));
+  if (Rails::handles(m) && ready_sent_) return work_.rails().message(c, m);
   if (std::holds_alternative<Close>(m)) {
     // That agent is ending the job in order: its connection's end is no failure.
     c.end(std::nullopt);
@@ -236,6 +247,9 @@ void AgentProtocol::message(Connection& c, Message&& m) {
 
 void AgentProtocol::on_job_bulk(Connection& c, std::uint8_t type,
                                 std::span<const std::uint8_t> bytes) noexcept {
+  if (type == RailData::type && ready_sent_ && (c.tag == controller_tag || c.tag == agent_tag)) {
+    return step([&] { work_.rails().data(c, bytes.size(), bytes.data()); });
+  }
   if (c.tag != controller_tag || type != Payload::type || !ready_sent_) {
     return JobProtocol::on_job_bulk(c, type, bytes);
   }
@@ -244,17 +258,24 @@ void AgentProtocol::on_job_bulk(Connection& c, std::uint8_t type,
 
 std::span<std::uint8_t> AgentProtocol::bulk_sink(Connection& c, std::uint8_t type,
                                                  std::size_t bytes) noexcept {
+  if (type == RailData::type && ready_sent_ && (c.tag == controller_tag || c.tag == agent_tag)) {
+    std::span<std::uint8_t> to;
+    step([&] { to = work_.rails().sink(c, bytes); });
+    return to;
+  }
   if (c.tag != controller_tag || type != Payload::type || !ready_sent_) return {};
   return work_.payload_sink(bytes);
 }
 
-// Only a sink this job gave (PAYLOAD from the controller) places bytes.
-void AgentProtocol::on_bulk_placed(Connection&, std::uint8_t, std::size_t bytes) noexcept {
+// Only a sink this job gave (PAYLOAD from the controller, a rail's RAIL_DATA) places bytes.
+void AgentProtocol::on_bulk_placed(Connection& c, std::uint8_t type, std::size_t bytes) noexcept {
+  if (type == RailData::type) return step([&] { work_.rails().data(c, bytes, nullptr); });
   step([&] { work_.payload(bytes, nullptr); });
 }
 
 void AgentProtocol::from_controller(Message&& m) {
   if (auto* join = std::get_if<Join>(&m)) return on_join(*join);
+  if (Rails::handles(m) && ready_sent_) return work_.rails().message(*controller_, m);
   if (AgentWork::handles(m)) {
     if (!ready_sent_) {
       return fail("controller: malformed message: " +

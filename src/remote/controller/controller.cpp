@@ -219,6 +219,10 @@ Result<Job> connect_named(const Key& key, std::vector<Member> members, const Tim
       ++address_uses()[m.dial_text];
     }
   }
+  for (const Member& m : members) {
+    state->member_names.push_back(m.name);
+    state->member_addresses.push_back(m.dial_text);
+  }
   // The drivers hold the link weakly, sharing the state's ownership: a device whose driver is
   // using its job keeps the state alive meanwhile.
   const std::weak_ptr<JobLink> link = std::shared_ptr<JobLink>(state, state->link.get());
@@ -302,6 +306,21 @@ Result<std::vector<Device>> devices(const Device& host, const std::string& kind)
   std::lock_guard lock(job->mu);
   // Two threads may open one kind at once: both get the same proxies, the first list is kept.
   return job->opened.emplace(key, reply->devices).first->second;
+}
+
+std::shared_ptr<JobState> job_of_device(const rig::detail::DeviceCore& device) {
+  const auto* driver = dynamic_cast<const RemoteDriver*>(&device.driver());
+  if (driver == nullptr) return nullptr;
+  std::lock_guard lock(open_mu);
+  auto job = last_job.lock();
+  if (!job || !driver->of_job(job)) return nullptr;
+  return job;
+}
+
+std::shared_ptr<JobState> job_of_host(const rig::detail::DeviceCore& host) {
+  const auto* driver = dynamic_cast<const RemoteDriver*>(&host.driver());
+  if (driver == nullptr || driver->id() != 0) return nullptr;
+  return job_of_device(host);
 }
 
 Result<Job> connect(const Key& key, const std::vector<Address>& agents) {

@@ -2,8 +2,10 @@
 // and the start of a job whose members are named already, which launched() shares.
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "core/device.hpp"
 #include "remote/controller/member.hpp"
 #include "remote/io/timing.hpp"
 #include "rig/remote.hpp"
@@ -19,5 +21,12 @@ enum class Naming { given, by_address };
 // would be, and take those numbers only once the job goes on to dial them.
 Result<Job> connect_named(const Key& key, std::vector<Member> members, const Timing& timing,
                           int report_fd = -1, Naming naming = Naming::given);
+
+struct JobState;
+
+// The state of this process's last job if `device` is one of its hosts or proxies; else null.
+std::shared_ptr<JobState> job_of_device(const rig::detail::DeviceCore& device);
+// The same, for a host only.
+std::shared_ptr<JobState> job_of_host(const rig::detail::DeviceCore& host);
 
 }  // namespace rig::remote

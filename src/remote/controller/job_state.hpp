@@ -44,6 +44,8 @@ struct JobState : std::enable_shared_from_this<JobState> {
   const Timing timing;
   std::shared_ptr<JobOutcome> outcome = std::make_shared<JobOutcome>();
   std::shared_ptr<ProtocolLink> link;  // the door to the protocol on the loop (protocol_link.hpp)
+  // Each member's name and "HOST:PORT" as dialed, in the job's order (capability records).
+  std::vector<std::string> member_names, member_addresses;
 
   // The handle's data: any thread. The loop writes `hosts` once, under `mu`, before it sets
   // `started`; it is read without the lock after. devices() reads and writes `opened` under `mu`.
@@ -59,6 +61,8 @@ struct JobState : std::enable_shared_from_this<JobState> {
   // Set in a child of fork (controller.cpp) on the copy of the job its parent had open: nothing
   // the child does reaches the parent's loop or sockets.
   std::atomic<bool> in_child{false};
+  // The last rail number given out (rail(): they start at 1).
+  std::atomic<std::uint32_t> next_rail{0};
 
   // The root cause this process records for the job: the fork's in a child of fork (where the
   // parent's protocol never reports), else the protocol's, if any.

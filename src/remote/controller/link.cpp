@@ -13,6 +13,14 @@ void Submission::run(Reactor&) noexcept {
 std::shared_ptr<Reply> JobLink::round_trip(std::size_t member, const Message& message,
                                            Expect::Kind kind, std::span<const std::uint8_t> payload,
                                            std::shared_ptr<const void> keep) {
+  auto reply = ask(member, message, kind, payload, std::move(keep));
+  await(*reply);
+  return reply;
+}
+
+std::shared_ptr<Reply> JobLink::ask(std::size_t member, const Message& message, Expect::Kind kind,
+                                    std::span<const std::uint8_t> payload,
+                                    std::shared_ptr<const void> keep) {
   auto reply = std::make_shared<Reply>();
   Bytes owned;
   encode(message, owned);
@@ -22,14 +30,17 @@ std::shared_ptr<Reply> JobLink::round_trip(std::size_t member, const Message& me
   e.kind = kind;
   e.reply = reply;
   send(member, std::move(owned), std::move(pieces), std::move(e), std::move(keep));
+  return reply;
+}
+
+void JobLink::await(Reply& reply) {
   {
     // A wait for the agent, which may first finish earlier work: signal handlers may run in it.
     const rig::detail::SignalsOpen waiting;
-    while (!reply->done.wait_for_ms(1000)) {
+    while (!reply.done.wait_for_ms(1000)) {
     }
   }
-  if (!reply->answer) throw Lost(reply->failed);
-  return reply;
+  if (!reply.answer) throw Lost(reply.failed);
 }
 
 }  // namespace rig::remote

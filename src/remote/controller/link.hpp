@@ -6,10 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "core/device.hpp"
 #include "core/pool.hpp"
@@ -17,12 +19,46 @@
 #include "remote/controller/member.hpp"
 #include "remote/io/connection.hpp"
 #include "remote/io/reactor.hpp"
+#include "remote/job/rail_count.hpp"
 #include "remote/wire/messages.hpp"
 #include "remote/wire/wire.hpp"
 
 namespace rig::remote {
 
 class JobLink;
+
+// One rail as the controller's loop keeps it (controller/rail.hpp makes it): who its ends are,
+// what each agent end is told, the controller's own memory if it is an end, and the counts.
+struct RailPlan {
+  static constexpr std::size_t controller = static_cast<std::size_t>(-1);
+  std::uint32_t id = 0;
+  std::size_t source = controller;  // a member's index, or the controller
+  std::size_t destination = controller;
+  std::vector<WireRailPart> source_parts;  // as the messages name them
+  std::vector<WireRailPart> destination_parts;
+  std::vector<std::span<std::byte>> own_parts;  // the controller's end's memory, if it is one
+  std::shared_ptr<const void> keep;             // holds that memory
+  std::shared_ptr<RailCounts> counts;
+  // The rail's device on this process, whose timeline is the controller's rounds arrived (the
+  // core orders work with the rounds through it), and what each round counts against its flow.
+  std::shared_ptr<rig::detail::DeviceCore> device;
+  std::function<void(const rig::detail::Work& round)> round_arrived;
+};
+
+// The protocol's side of the job's rails, for the rail handles. Owner: the protocol. Threads: the
+// loop (calls come through JobLink::with_rails).
+class RailSide {
+ public:
+  virtual ~RailSide() = default;
+  // Keeps `plan` and sends RAIL to each agent end, whose RAILED answers `replies` (source's,
+  // destination's; null for the controller's end).
+  virtual void add_rail(RailPlan plan, std::shared_ptr<Reply> source_reply,
+                        std::shared_ptr<Reply> destination_reply) = 0;
+  // The controller's round `round` of rail `id`: `work` (the core's) is held until it arrives.
+  virtual void go_rail(std::uint32_t id, std::uint64_t round, rig::detail::Work work) = 0;
+  // The last handle of rail `id` has gone: its ends let go of it.
+  virtual void end_rail(std::uint32_t id) = 0;
+};
 
 // One submission on its way to the loop: everything enqueue built, in a block of the block pool,
 // posted without a std::function (whose captures would come from malloc). Owner: the submitter
@@ -77,6 +113,16 @@ class JobLink {
   std::shared_ptr<Reply> round_trip(std::size_t member, const Message& message, Expect::Kind kind,
                                     std::span<const std::uint8_t> payload = {},
                                     std::shared_ptr<const void> keep = {});
+  // The two halves of a round trip, so that a caller may ask several agents at once: ask sends,
+  // await waits for the answer (raising as round_trip does).
+  std::shared_ptr<Reply> ask(std::size_t member, const Message& message, Expect::Kind kind,
+                             std::span<const std::uint8_t> payload = {},
+                             std::shared_ptr<const void> keep = {});
+  static void await(Reply& reply);
+
+  // Runs `call` on the loop with the protocol's side of the job's rails; dropped once the
+  // protocol has finished, and in a child of fork. Any thread.
+  virtual void with_rails(std::function<void(RailSide&)> call) = 0;
 
  private:
   friend struct Submission;

@@ -12,6 +12,8 @@ const char* expect_name(Expect::Kind kind) noexcept {
       return "MADE";
     case Expect::Kind::loaded:
       return "LOADED";
+    case Expect::Kind::railed:
+      return "RAILED";
   }
   return "?";
 }

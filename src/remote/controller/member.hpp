@@ -42,7 +42,7 @@ struct CopyBack {
 // What an agent owes the controller next, in the order the controller sent the messages that ask
 // for it. Owner: the submitter that builds it, then its member's queue on the loop thread.
 struct Expect {
-  enum class Kind : std::uint8_t { reached, opened, made, loaded };
+  enum class Kind : std::uint8_t { reached, opened, made, loaded, railed };
   Kind kind = Kind::reached;
   std::shared_ptr<Reply> reply;  // for the round trips
   // For a submission: where REACHED goes, the bytes its DATA frames fill, and the work itself,

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "remote/io/guard.hpp"
+#include "remote/wire/codec.hpp"
 
 namespace rig::remote {
 
@@ -20,7 +21,13 @@ ControllerProtocol::ControllerProtocol(Reactor& reactor, const Timing& timing, K
       proxies_(std::move(proxies)),
       dialer_(dialer),
       finished_(std::move(finished)),
-      id_(id) {
+      id_(id),
+      own_rails_(Rails::Events{
+          nullptr,
+          [this](HeldRail& rail, std::uint64_t round) {
+            if (auto it = rails_.find(rail.id); it != rails_.end()) rail_arrived(it->second, round);
+          },
+          nullptr, [this](const std::string& cause) { fail(cause); }}) {
   ticker_ = reactor_.add_ticker([this](std::int64_t now) { guarded([&] { tick(now); }); });
 }
 
@@ -124,6 +131,11 @@ void ControllerProtocol::message(Connection& c, Message&& m) {
   if (std::holds_alternative<Made>(m)) return answer(c, member, Expect::Kind::made, std::move(m));
   if (std::holds_alternative<Loaded>(m))
     return answer(c, member, Expect::Kind::loaded, std::move(m));
+  if (std::holds_alternative<RailMade>(m)) {
+    return answer(c, member, Expect::Kind::railed, std::move(m));
+  }
+  if (const auto* count = std::get_if<RailCount>(&m)) return rail_count(c, *count);
+  if (Rails::handles(m)) return own_rails_.on_message(c, m);
   if (std::holds_alternative<Closed>(m)) {
     // The agent has let go of the job and stopped listening; now both ends close the connection.
     member.closed = true;
@@ -252,11 +264,19 @@ std::vector<Device> ControllerProtocol::opened(Member& member, std::size_t index
 
 void ControllerProtocol::on_job_bulk(Connection& c, std::uint8_t type,
                                      std::span<const std::uint8_t> bytes) noexcept {
-  guarded([&] { receive_data(c, type, bytes.size(), bytes.data()); });
+  guarded([&] {
+    if (type == RailData::type) return own_rails_.on_data(c, bytes.size(), bytes.data());
+    receive_data(c, type, bytes.size(), bytes.data());
+  });
 }
 
 std::span<std::uint8_t> ControllerProtocol::bulk_sink(Connection& c, std::uint8_t type,
                                                       std::size_t bytes) noexcept {
+  if (type == RailData::type && !has_failed()) {
+    std::span<std::uint8_t> to;
+    guarded([&] { to = own_rails_.sink(c, bytes); });
+    return to;
+  }
   if (type != Data::type || has_failed() || c.tag >= members_.size()) return {};
   Member& member = members_[c.tag];
   if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) return {};
@@ -269,7 +289,10 @@ std::span<std::uint8_t> ControllerProtocol::bulk_sink(Connection& c, std::uint8_
 
 void ControllerProtocol::on_bulk_placed(Connection& c, std::uint8_t type,
                                         std::size_t bytes) noexcept {
-  guarded([&] { receive_data(c, type, bytes, nullptr); });
+  guarded([&] {
+    if (type == RailData::type) return own_rails_.on_data(c, bytes, nullptr);
+    receive_data(c, type, bytes, nullptr);
+  });
 }
 
 void ControllerProtocol::receive_data(Connection& c, std::uint8_t type, std::size_t bytes,
@@ -345,9 +368,133 @@ void ControllerProtocol::on_job_failed(const std::string& cause) noexcept {
     }
     m.expects.clear();
   }
+  // Every count of every rail is raised, so that no waiter hangs; go() finds the rail lost.
+  own_rails_.raise_all();
+  for (auto& [id, rail] : rails_) {
+    rail.plan.counts->raise();
+    rail.plan.device->lose(cause);
+    rail.rounds.clear();
+  }
   // Submits waiting for a connection to finish sending wake now, to find their devices lost.
   state_->sending.wake_all();
   state_->report.failed(cause);
+}
+
+Connection* ControllerProtocol::member_connection(std::size_t index) {
+  if (index >= members_.size()) return nullptr;
+  Connection* c = members_[index].connection;
+  return c != nullptr && c->state() == Connection::State::open ? c : nullptr;
+}
+
+void ControllerProtocol::add_rail(RailPlan plan, std::shared_ptr<Reply> source_reply,
+                                  std::shared_ptr<Reply> destination_reply) {
+  const auto refuse = [&](const std::string& why) {
+    for (const auto& r : {source_reply, destination_reply}) {
+      if (!r) continue;
+      r->failed = why;
+      r->done.set();
+    }
+  };
+  if (has_failed() || closing_) {
+    const auto cause = outcome()->cause();
+    return refuse(cause ? *cause : "the job has closed");
+  }
+  if (has_failed()) plan.counts->raise();
+  const bool own_source = plan.source == RailPlan::controller;
+  const bool own_destination = plan.destination == RailPlan::controller;
+  if (own_source || own_destination) {
+    Connection* link = member_connection(own_source ? plan.destination : plan.source);
+    if (link == nullptr) return refuse("the job has closed");
+    if (auto why = own_rails_.add(plan.id, own_source, *link, plan.own_parts, plan.keep,
+                                  plan.counts)) {
+      return refuse(*why);
+    }
+  }
+  const auto tell = [&](std::size_t member, std::uint8_t role, std::size_t other,
+                        const std::vector<WireRailPart>& parts, std::shared_ptr<Reply> reply) {
+    RailMake m{plan.id, role, other == RailPlan::controller ? "" : members_[other].name, parts};
+    Bytes owned;
+    encode(m, owned);
+    rig::detail::PoolVector<Connection::Piece> pieces{{nullptr, 0, owned.size()}};
+    Expect e{};
+    e.kind = Expect::Kind::railed;
+    e.reply = std::move(reply);
+    send(member, std::move(owned), std::move(pieces), std::move(e));
+  };
+  if (!own_source) {
+    tell(plan.source, RailMake::source, plan.destination, plan.source_parts, source_reply);
+  }
+  if (!own_destination) {
+    tell(plan.destination, RailMake::destination, plan.source, plan.destination_parts,
+         destination_reply);
+  }
+  rails_made_ = std::max(rails_made_, plan.id);
+  const std::uint32_t id = plan.id;
+  rails_.emplace(id, KeptRail{std::move(plan), {}});
+}
+
+void ControllerProtocol::go_rail(std::uint32_t id, std::uint64_t round, rig::detail::Work work) {
+  auto it = rails_.find(id);
+  if (it == rails_.end() || has_failed() || closing_) return;
+  KeptRail& rail = it->second;
+  rail.rounds.emplace_back(round, std::move(work));
+  const RailPlan& plan = rail.plan;
+  const auto to_member = [&](std::size_t member, const Message& m) {
+    if (Connection* c = member_connection(member)) c->send(m);
+  };
+  // The destination first, so that its RAIL_READY is on its way as the source reaches the round.
+  if (plan.destination != RailPlan::controller) to_member(plan.destination, RailExpect{id, round});
+  if (plan.source != RailPlan::controller) {
+    // A destination that is this process is ready: the round's dependencies are done (go()).
+    to_member(plan.source, RailGo{id, round});
+    return;
+  }
+  if (HeldRail* held = own_rails_.find(id)) own_rails_.go(*held, round, true, "controller");
+}
+
+void ControllerProtocol::end_rail(std::uint32_t id) {
+  auto it = rails_.find(id);
+  if (it == rails_.end()) return;
+  const RailPlan plan = it->second.plan;
+  rails_.erase(it);
+  if (has_failed()) return;
+  if (plan.source == RailPlan::controller) {
+    if (HeldRail* held = own_rails_.find(id)) own_rails_.end(*held);
+    return;
+  }
+  if (Connection* c = member_connection(plan.source)) c->send(RailEnd{id});
+}
+
+void ControllerProtocol::rail_count(Connection& c, const RailCount& m) {
+  auto it = rails_.find(m.rail);
+  if (it == rails_.end()) {
+    if (m.rail != 0 && m.rail <= rails_made_) return;  // ended here since: its counts are no news
+    return fail(c.peer_name() + ": malformed message: RAIL_COUNT names rail " +
+                std::to_string(m.rail) + ", which the job does not hold");
+  }
+  KeptRail& rail = it->second;
+  const std::size_t from = m.which == RailCount::sent ? rail.plan.source : rail.plan.destination;
+  if (m.which > RailCount::arrived || from == RailPlan::controller || c.tag != from) {
+    return fail(c.peer_name() + ": malformed message: RAIL_COUNT " + std::to_string(m.which) +
+                " of rail " + std::to_string(m.rail) + " from an agent that does not keep it");
+  }
+  if (m.which == RailCount::sent) {
+    rail.plan.counts->sent().publish(m.value);
+    return;
+  }
+  rail.plan.counts->arrived().publish(m.value);
+  rail.plan.counts->sent().publish(m.value);
+  rail_arrived(rail, m.value);
+}
+
+void ControllerProtocol::rail_arrived(KeptRail& rail, std::uint64_t value) {
+  // The rail's device publishes the controller's rounds that have arrived (release order), so
+  // that work ordered after a round follows it; what each counted returns to its flow control.
+  while (!rail.rounds.empty() && rail.rounds.front().first <= value) {
+    rail.plan.round_arrived(rail.rounds.front().second);
+    rail.rounds.pop_front();
+  }
+  rail.plan.device->timeline().publish(value);
 }
 
 void ControllerProtocol::on_finished() noexcept {

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -20,6 +22,7 @@
 #include "remote/io/reactor.hpp"
 #include "remote/io/timing.hpp"
 #include "remote/job/job.hpp"
+#include "remote/job/rails.hpp"
 #include "remote/trust/handshake.hpp"
 
 namespace rig::remote {
@@ -27,7 +30,7 @@ namespace rig::remote {
 // Owner: whoever makes it (connect: the callback it hands in deletes it). Threads: the loop thread
 // only. Lifetime: until `finished` has been called and has returned; it reaches nothing global, so
 // a test may run it on a reactor of its own, on a manual clock.
-class ControllerProtocol final : public JobProtocol {
+class ControllerProtocol final : public JobProtocol, public RailSide {
  public:
   // Called once every connection has closed after the job ended, on the loop; the protocol may be
   // destroyed once the call has returned, not during it.
@@ -56,6 +59,12 @@ class ControllerProtocol final : public JobProtocol {
   // looks every tick_ms; connect asks at once, so that it never starts beside a failed job.
   void notice_losses();
 
+  // RailSide: the job's rails, each kept here from rail() until its last handle goes.
+  void add_rail(RailPlan plan, std::shared_ptr<Reply> source_reply,
+                std::shared_ptr<Reply> destination_reply) override;
+  void go_rail(std::uint32_t id, std::uint64_t round, rig::detail::Work work) override;
+  void end_rail(std::uint32_t id) override;
+
  private:
   void on_proven(Connection& c) noexcept override;
   void on_refused(Connection& c, const std::string& why) noexcept override;
@@ -83,6 +92,17 @@ class ControllerProtocol final : public JobProtocol {
   // texts cannot see. Returns whether it did.
   bool listed_twice(const Connection& c);
 
+  // A rail of the job, and the controller's rounds on it not yet arrived (their work is held so
+  // that its buffers live, and returns to the rail's flow control at arrival).
+  struct KeptRail {
+    RailPlan plan;
+    std::deque<std::pair<std::uint64_t, rig::detail::Work>> rounds;
+  };
+  void rail_count(Connection& c, const RailCount& m);
+  // Rounds of `rail` up to `value` have arrived at its destination.
+  void rail_arrived(KeptRail& rail, std::uint64_t value);
+  Connection* member_connection(std::size_t index);
+
   const std::shared_ptr<JobState> state_;
   std::vector<Member> members_;
   const std::unique_ptr<Proxies> proxies_;
@@ -94,6 +114,10 @@ class ControllerProtocol final : public JobProtocol {
   std::int64_t join_sent_ms_ = 0;
   bool closing_ = false;
   std::uint64_t ticker_ = 0;
+  std::map<std::uint32_t, KeptRail> rails_;
+  std::uint32_t rails_made_ = 0;  // the highest rail id kept so far: a count for one ended since
+                                  // is no longer news
+  Rails own_rails_;               // the rails this process's host is an end of
 };
 
 }  // namespace rig::remote

@@ -64,6 +64,14 @@ void ProtocolLink::submit(Submission::Owned submission) noexcept {
   reactor_.post(submission.release());
 }
 
+void ProtocolLink::with_rails(std::function<void(RailSide&)> call) {
+  if (in_child()) return;
+  post_function(reactor_, [this, keep = state_.shared_from_this(), call = std::move(call)] {
+    if (protocol_ == nullptr) return;
+    protocol_->guarded([&] { call(*protocol_); });
+  });
+}
+
 bool ProtocolLink::in_child() const noexcept {
   return state_.in_child.load(std::memory_order_acquire);
 }

@@ -34,6 +34,7 @@ class ProtocolLink final : public JobLink {
             std::optional<Expect> expect, std::shared_ptr<const void> keep = {}) override;
   void submit(Submission::Owned submission) noexcept override;
   const SendFlow& sending() const noexcept override { return state_.sending; }
+  void with_rails(std::function<void(RailSide&)> call) override;
 
  private:
   void deliver(Submission& submission) noexcept override;

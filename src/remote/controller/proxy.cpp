@@ -8,6 +8,7 @@
 #include "core/limits.hpp"
 #include "core/registry.hpp"
 #include "core/signals.hpp"
+#include "remote/controller/rail.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
 
@@ -141,6 +142,13 @@ void RemoteDriver::ready(const rig::detail::Work& work) {
   // work is waited for: work that uses this process's memory that the submission copies into.
   for (const rig::detail::Dep& dep : work.deps) {
     if (same_machine(*dep.device)) continue;
+    // A round of a rail between two agents, this machine one of them, is in order here too: the
+    // agent takes nothing after its RAIL_GO until the sources are read, nor after its RAIL_EXPECT
+    // until the round has arrived.
+    if (const auto* rail = dynamic_cast<const RailDriver*>(&dep.device->driver());
+        rail != nullptr && rail->between_agents() && rail->ends_at(member_)) {
+      continue;
+    }
     const rig::detail::SignalsOpen waiting;
     dep.device->timeline().wait(dep.value);
   }
@@ -201,6 +209,14 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
       a.memory = r.buffers[j]->address();
       a.offset = r.buffer_args[j].offset;
       a.access = static_cast<std::uint8_t>(r.buffer_args[j].access);
+    }
+    // A rail (Arg::rail, the only object a proxy's run takes): the agent hands its code the
+    // address of its rig_rail.
+    for (const auto& o : r.objects) {
+      WireArg& a = p.args[o.word];
+      a.word = 0;
+      a.memory = static_cast<const RailCore&>(*o.object).id;
+      a.access = WireArg::rail;
     }
   }
   // The core's limits keep every field within the wire's, so this cannot refuse the message.

@@ -259,8 +259,10 @@ struct Unload {
 };
 
 // A run's argument: a plain word (memory 0), or the address of buffer `memory` plus `offset`,
-// which the run reads (access 0), writes (1) or both (2).
+// which the run reads (access 0), writes (1) or both (2), or (access 3, `rail`) the address of the
+// agent's rig_rail record of rail `memory`.
 struct WireArg {
+  static constexpr std::uint8_t rail = 3;
   std::uint64_t word = 0;
   std::uint64_t memory = 0;
   std::uint64_t offset = 0;
@@ -345,12 +347,176 @@ struct Data {
   friend bool operator==(const Data&, const Data&) = default;
 };
 
+// Rails (docs/rails.md). A rail is a fixed list of transfers from host memory of one process of the
+// job (its source) to host memory of another (its destination), carried round after round over
+// the connection between the two (its link: an agent-to-agent connection, or the controller's to
+// an agent). The controller numbers the job's rails (never 0) and tells each agent end what it
+// holds; rounds are numbered 1, 2, ... in the order the source starts them.
+
+// One transfer's memory at one end: `bytes` of buffer `memory` (0: the controller's own) at
+// `offset`.
+struct WireRailPart {
+  std::uint64_t memory = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("memory", m.memory);
+    f.field("offset", m.offset);
+    f.field("bytes", m.bytes);
+  }
+  friend bool operator==(const WireRailPart&, const WireRailPart&) = default;
+};
+
+// Controller to an agent end of rail `rail`: this agent is its source (role 0) or destination
+// (role 1); `peer` names the other end as JOIN named it, empty for the controller; `parts` are
+// this end's memory of each transfer, in order. Applied in order; answered by RAILED.
+struct RailMake {
+  static constexpr std::uint8_t type = 0x40;
+  static constexpr std::string_view name = "RAIL";
+  static constexpr std::uint8_t source = 0;
+  static constexpr std::uint8_t destination = 1;
+  std::uint32_t rail = 0;
+  std::uint8_t role = 0;
+  std::string peer;
+  std::vector<WireRailPart> parts;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("rail", m.rail);
+    f.field("role", m.role);
+    f.field("peer", m.peer, name_bytes_max);
+    f.field("parts", m.parts, rail_transfers_max);
+  }
+  friend bool operator==(const RailMake&, const RailMake&) = default;
+};
+
+// Agent to controller, the answer to RAIL: empty `why`, or why this end cannot hold the rail.
+struct RailMade {
+  static constexpr std::uint8_t type = 0x41;
+  static constexpr std::string_view name = "RAILED";
+  std::string why;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.text("why", m.why, reason_bytes_max);
+  }
+  friend bool operator==(const RailMade&, const RailMade&) = default;
+};
+
+// Controller to the source: start round `round` once the work before this message is done and the
+// destination has said RAIL_READY for it (a destination that is the controller is ready already).
+// The source takes no later message until the round's sources are read (sent).
+struct RailGo {
+  static constexpr std::uint8_t type = 0x42;
+  static constexpr std::string_view name = "RAIL_GO";
+  std::uint32_t rail = 0;
+  std::uint64_t round = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("rail", m.rail);
+    f.field("round", m.round);
+  }
+  friend bool operator==(const RailGo&, const RailGo&) = default;
+};
+
+// Controller to the destination: once the work before this message is done, round `round` may
+// write the destinations: say RAIL_READY to the source, and take no later message until the round
+// has arrived.
+struct RailExpect {
+  static constexpr std::uint8_t type = 0x43;
+  static constexpr std::string_view name = "RAIL_EXPECT";
+  std::uint32_t rail = 0;
+  std::uint64_t round = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("rail", m.rail);
+    f.field("round", m.round);
+  }
+  friend bool operator==(const RailExpect&, const RailExpect&) = default;
+};
+
+// Destination to source, on the link: round `round` may come.
+struct RailReady {
+  static constexpr std::uint8_t type = 0x44;
+  static constexpr std::string_view name = "RAIL_READY";
+  std::uint32_t rail = 0;
+  std::uint64_t round = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("rail", m.rail);
+    f.field("round", m.round);
+  }
+  friend bool operator==(const RailReady&, const RailReady&) = default;
+};
+
+// Source to destination, on the link: the RAIL_DATA frame that follows at once carries the next
+// bytes of transfer `part` of round `round`, from `offset` in that transfer. A round's bytes come
+// in order, transfer after transfer.
+struct RailChunk {
+  static constexpr std::uint8_t type = 0x45;
+  static constexpr std::string_view name = "RAIL_CHUNK";
+  std::uint32_t rail = 0;
+  std::uint64_t round = 0;
+  std::uint32_t part = 0;
+  std::uint64_t offset = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("rail", m.rail);
+    f.field("round", m.round);
+    f.field("part", m.part);
+    f.field("offset", m.offset);
+  }
+  friend bool operator==(const RailChunk&, const RailChunk&) = default;
+};
+
+// A rail's bytes (bulk, like PAYLOAD), read straight into the destination.
+struct RailData {
+  static constexpr std::uint8_t type = 0x46;
+  static constexpr std::string_view name = "RAIL_DATA";
+  template <typename M, typename F>
+  static void fields(M&, F&) {}
+  friend bool operator==(const RailData&, const RailData&) = default;
+};
+
+// A rail's count as its sender holds it: `which` 0 is sent (source to controller), 1 arrived
+// (destination to source and to controller). Counts only grow.
+struct RailCount {
+  static constexpr std::uint8_t type = 0x47;
+  static constexpr std::string_view name = "RAIL_COUNT";
+  static constexpr std::uint8_t sent = 0;
+  static constexpr std::uint8_t arrived = 1;
+  std::uint32_t rail = 0;
+  std::uint8_t which = 0;
+  std::uint64_t value = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("rail", m.rail);
+    f.field("which", m.which);
+    f.field("value", m.value);
+  }
+  friend bool operator==(const RailCount&, const RailCount&) = default;
+};
+
+// The rail is done with: controller to the source, in order; the source passes it on to the
+// destination on the link after the bytes of its last round. Each end lets go of it then.
+struct RailEnd {
+  static constexpr std::uint8_t type = 0x48;
+  static constexpr std::string_view name = "RAIL_END";
+  std::uint32_t rail = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("rail", m.rail);
+  }
+  friend bool operator==(const RailEnd&, const RailEnd&) = default;
+};
+
 using Message = std::variant<Heartbeat, Abort, Close, Closed, Join, Ready, Reached, Open, Opened,
-                             Make, Made, Free, Load, Loaded, Unload, Submit, Payload, Data>;
+                             Make, Made, Free, Load, Loaded, Unload, Submit, Payload, Data,
+                             RailMake, RailMade, RailGo, RailExpect, RailReady, RailChunk, RailData,
+                             RailCount, RailEnd>;
 
 // Whether frames of this type carry raw bytes that connections pass on undecoded.
 constexpr bool is_bulk(std::uint8_t type) noexcept {
-  return type == Payload::type || type == Data::type;
+  return type == Payload::type || type == Data::type || type == RailData::type;
 }
 
 namespace detail {

@@ -1,0 +1,241 @@
+#include "remote/agent/agent_rails.hpp"
+
+#include <sched.h>
+
+#include <atomic>
+#include <new>
+#include <vector>
+
+#include "core/device.hpp"
+#include "core/pool.hpp"
+#include "remote/limits.hpp"
+#include "remote/wire/printable.hpp"
+#include "rig/kernel.h"
+
+namespace rig::remote {
+namespace {
+
+// What host code's rig_rail points at, one per slot of the count table (rail_count.hpp): static,
+// so that a record a run still holds never points at freed memory, whatever became of its job.
+// Owner: the table; the loop fills a record and empties it. Threads: the loop writes; host code
+// reads through rig_rail's functions, which look at `live` and count themselves in `busy` first,
+// so that the loop, emptying a record, waits out a call already past its look.
+struct HostRecord {
+  rig_rail record{};
+  std::atomic<std::uint32_t> live{0};
+  std::atomic<std::uint32_t> busy{0};
+  std::uint32_t rail = 0;
+  Reactor* reactor = nullptr;
+  AgentRails* owner = nullptr;
+  HeldRail* held = nullptr;
+};
+HostRecord records[rails_max];
+
+// A round host code started, on its way to the loop. Owner: the poster, then the loop, which frees
+// it once run. From the block pool: rig_rail_go may be called in a signal handler.
+struct HostGo final : Command {
+  std::uint32_t slot = 0;
+  std::uint32_t rail = 0;
+  void run(Reactor&) noexcept override {
+    const HostRecord& h = records[slot];
+    const std::uint32_t rail_id = rail;
+    this->~HostGo();
+    rig::detail::pool_release(this, sizeof(HostGo));
+    // Loop thread, which alone empties records: the one looked at is the rail's, or its rail has
+    // gone since (and the round with it).
+    if (h.live.load(std::memory_order_acquire) != 0 && h.rail == rail_id) h.owner->host_go(rail_id);
+  }
+};
+
+std::uint64_t rail_go(rig_rail* r) noexcept {
+  auto* h = static_cast<HostRecord*>(r->context);
+  if (r->is_source == 0) return 0;
+  h->busy.fetch_add(1, std::memory_order_seq_cst);
+  std::uint64_t round = 0;
+  if (h->live.load(std::memory_order_seq_cst) != 0 &&
+      rig_rail_sent(r) != RIG_RAIL_RAISED) {
+    void* at = nullptr;
+    try {
+      at = rig::detail::pool_allocate(sizeof(HostGo));
+    } catch (...) {
+      at = nullptr;  // no memory for the message: no round
+    }
+    if (at != nullptr) {
+      auto* go = new (at) HostGo();
+      go->slot = static_cast<std::uint32_t>(h - records);
+      go->rail = h->rail;
+      round = h->held->numbered.fetch_add(1, std::memory_order_acq_rel) + 1;
+      h->reactor->post(go);
+    }
+  }
+  h->busy.fetch_sub(1, std::memory_order_seq_cst);
+  return round;
+}
+
+std::uint64_t rail_wait(rig_rail* r, int which, std::uint64_t round) noexcept {
+  const auto* word = reinterpret_cast<const RailWord*>(which == 0 ? r->sent : r->arrived);
+  return word->wait(round);
+}
+
+}  // namespace
+
+AgentRails::AgentRails(Reactor& reactor, Fail fail, std::function<void()> resume)
+    : reactor_(reactor),
+      fail_(std::move(fail)),
+      resume_(std::move(resume)),
+      rails_(Rails::Events{
+          [this](HeldRail& rail, std::uint64_t round) { moved(rail, round, false); },
+          [this](HeldRail& rail, std::uint64_t round) { moved(rail, round, true); },
+          [this](HeldRail& rail) { forget_record(rail); },
+          [this](const std::string& cause) { fail_(cause); }}) {}
+
+AgentRails::~AgentRails() {
+  shut();
+}
+
+void AgentRails::shut() noexcept {
+  if (shut_) return;
+  shut_ = true;
+  waiting_.reset();
+  rails_.raise_all();
+  rails_.each([this](HeldRail& rail) { forget_record(rail); });
+}
+
+void AgentRails::forget_record(HeldRail& rail) noexcept {
+  HostRecord& h = records[rail.counts->slot()];
+  if (h.owner != this || h.rail != rail.id) return;
+  h.live.store(0, std::memory_order_seq_cst);
+  while (h.busy.load(std::memory_order_seq_cst) != 0) sched_yield();
+  h.owner = nullptr;
+  h.held = nullptr;
+}
+
+HeldRail* AgentRails::held(std::uint32_t id, std::string_view message, bool source) {
+  HeldRail* rail = rails_.find(id);
+  if (rail == nullptr || rail->source != source) {
+    fail_("controller: malformed message: " + std::string(message) + " names rail " +
+          std::to_string(id) + ", of which this machine is not the " +
+          (source ? "source" : "destination"));
+    return nullptr;
+  }
+  return rail;
+}
+
+void AgentRails::make(const RailMake& m, const std::map<std::uint64_t, Buffer>& memory) {
+  if (shut_) return;
+  const std::string bad = "controller: malformed message: RAIL ";
+  if (m.rail == 0 || rails_.find(m.rail) != nullptr) {
+    return fail_(bad + "names rail " + std::to_string(m.rail) + ", which is no new rail");
+  }
+  if (m.role > RailMake::destination) return fail_(bad + "role " + std::to_string(m.role));
+  if (m.parts.empty()) return fail_(bad + "with no transfers");
+  Connection* link = m.peer.empty() ? controller_ : (find_link_ ? find_link_(m.peer) : nullptr);
+  if (link == nullptr) {
+    return fail_(bad + "names '" + printable(m.peer) +
+                 "' as its other end, which is no machine of the job connected to this one");
+  }
+  std::vector<std::span<std::byte>> parts;
+  auto keep = std::make_shared<std::vector<Buffer>>();
+  for (std::size_t i = 0; i < m.parts.size(); ++i) {
+    const WireRailPart& p = m.parts[i];
+    auto it = memory.find(p.memory);
+    if (it == memory.end()) {
+      return fail_("RAIL names memory " + std::to_string(p.memory) +
+                   ", which the job does not hold on this machine");
+    }
+    const Buffer& b = it->second;
+    if (b.device() != rig::host()) {
+      return fail_("RAIL names memory " + std::to_string(p.memory) + ", which is on " +
+                   b.device().name() + ", not on this machine's host");
+    }
+    if (p.bytes == 0 || p.offset > b.size() || p.bytes > b.size() - p.offset) {
+      return fail_(bad + "transfer " + std::to_string(i) + ": " + std::to_string(p.bytes) +
+                   " bytes at " + std::to_string(p.offset) + " of memory " +
+                   std::to_string(p.memory) + " of " + std::to_string(b.size()) + " bytes");
+    }
+    // The loop touches no byte here: the work's order says when the memory is the rail's.
+    parts.emplace_back(b.core()->data() + p.offset, static_cast<std::size_t>(p.bytes));
+    keep->push_back(b);
+  }
+  const bool source = m.role == RailMake::source;
+  if (auto why = rails_.add(m.rail, source, *link, std::move(parts), keep)) {
+    controller_->send(RailMade{*why});
+    return;
+  }
+  HeldRail& rail = *rails_.find(m.rail);
+  HostRecord& h = records[rail.counts->slot()];
+  h.record.sent = reinterpret_cast<const std::uint64_t*>(&rail.counts->sent());
+  h.record.arrived = reinterpret_cast<const std::uint64_t*>(&rail.counts->arrived());
+  h.record.go = rail_go;
+  h.record.wait = rail_wait;
+  h.record.is_source = source ? 1 : 0;
+  h.record.reserved = 0;
+  h.record.context = &h;
+  h.rail = m.rail;
+  h.reactor = &reactor_;
+  h.owner = this;
+  h.held = &rail;
+  h.live.store(1, std::memory_order_seq_cst);
+  controller_->send(RailMade{""});
+}
+
+void AgentRails::go(const RailGo& m) {
+  if (shut_) return;
+  HeldRail* rail = held(m.rail, "RAIL_GO", true);
+  if (rail == nullptr) return;
+  std::uint64_t expected = m.round - 1;
+  if (!rail->numbered.compare_exchange_strong(expected, m.round, std::memory_order_acq_rel)) {
+    return fail_("RAIL_GO of round " + std::to_string(m.round) + " of rail " +
+                 std::to_string(m.rail) + ", where host code has numbered " +
+                 std::to_string(expected) + " rounds: a rail given to host code is driven there");
+  }
+  waiting_ = Waiting{m.rail, m.round, false};
+  // A destination that is the controller is ready for the round already (rig's go() waited).
+  rails_.go(*rail, m.round, rail->link != controller_, "controller");
+  if (waiting_ && rail->counts->sent().get() >= m.round) waiting_.reset();
+}
+
+void AgentRails::expect(const RailExpect& m) {
+  if (shut_) return;
+  HeldRail* rail = held(m.rail, "RAIL_EXPECT", false);
+  if (rail == nullptr) return;
+  if (rail->counts->arrived().get() >= m.round) return;
+  waiting_ = Waiting{m.rail, m.round, true};
+  rails_.say_ready(*rail, m.round);
+}
+
+void AgentRails::end(const RailEnd& m) {
+  if (shut_) return;
+  HeldRail* rail = held(m.rail, "RAIL_END", true);
+  if (rail == nullptr) return;
+  rails_.end(*rail);
+}
+
+std::optional<std::uint64_t> AgentRails::record_word(std::uint64_t id) const {
+  if (id == 0 || id > UINT32_MAX) return std::nullopt;
+  HeldRail* rail = const_cast<Rails&>(rails_).find(static_cast<std::uint32_t>(id));
+  if (rail == nullptr) return std::nullopt;
+  return reinterpret_cast<std::uint64_t>(&records[rail->counts->slot()].record);
+}
+
+void AgentRails::host_go(std::uint32_t id) {
+  if (shut_) return;
+  if (HeldRail* rail = rails_.find(id)) rails_.host_go(*rail);
+}
+
+void AgentRails::moved(HeldRail& rail, std::uint64_t round, bool arrived) {
+  // The controller keeps both counts of every rail: the source tells it of sent rounds, the
+  // destination of arrived ones (Rails has told the link's other end already, which may be the
+  // controller itself).
+  if (controller_ != nullptr && controller_->state() == Connection::State::open &&
+      (!arrived || rail.link != controller_)) {
+    controller_->send(RailCount{rail.id, arrived ? RailCount::arrived : RailCount::sent, round});
+  }
+  if (waiting_ && waiting_->rail == rail.id && waiting_->arrived == arrived &&
+      round >= waiting_->round) {
+    waiting_.reset();
+    if (resume_) resume_();
+  }
+}
+
+}  // namespace rig::remote

@@ -1,0 +1,84 @@
+// The agent's side of a job's rails: what the controller's RAIL, RAIL_GO, RAIL_EXPECT and RAIL_END
+// ask, applied in order with the rest of its messages (AgentWork), the rounds host code starts
+// (rig_rail_go), and the records host code receives (rig_rail, Arg::rail).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "remote/io/connection.hpp"
+#include "remote/io/reactor.hpp"
+#include "remote/job/rails.hpp"
+#include "remote/wire/messages.hpp"
+#include "rig/rig.hpp"
+
+namespace rig::remote {
+
+// Owner: the agent's work (AgentWork). Threads: the loop, but for host code's rig_rail calls (any
+// thread: they only post to the loop, through a record of a fixed table that outlives the job).
+// Lifetime: the job's; shut() (or the destructor) stops host code's calls from reaching it.
+class AgentRails {
+ public:
+  using Fail = std::function<void(const std::string& cause)>;
+  // `resume`: a round this agent's work waited for has been sent or has arrived.
+  AgentRails(Reactor& reactor, Fail fail, std::function<void()> resume);
+  ~AgentRails();
+  AgentRails(const AgentRails&) = delete;
+  AgentRails& operator=(const AgentRails&) = delete;
+
+  void set_controller(Connection* c) { controller_ = c; }
+  // How a RAIL's peer is found: the proven connection to the job's agent of that name.
+  void set_links(std::function<Connection*(const std::string& name)> find) {
+    find_link_ = std::move(find);
+  }
+
+  // The controller's messages, in order. RAIL names buffers of `memory` (the job's on this
+  // machine) and is answered with RAILED.
+  void make(const RailMake& m, const std::map<std::uint64_t, Buffer>& memory);
+  void go(const RailGo& m);
+  void expect(const RailExpect& m);
+  void end(const RailEnd& m);
+  // Whether the last RAIL_GO's sources are still being read, or the last RAIL_EXPECT's round has
+  // yet to arrive: the work takes no later message meanwhile.
+  bool waiting() const { return waiting_.has_value(); }
+
+  // The word a run receives for rail `id` (the address of its rig_rail), if this machine holds it.
+  std::optional<std::uint64_t> record_word(std::uint64_t id) const;
+
+  // What arrives for rails on any of the job's connections.
+  void message(Connection& c, const Message& m) { rails_.on_message(c, m); }
+  std::span<std::uint8_t> sink(Connection& c, std::size_t bytes) { return rails_.sink(c, bytes); }
+  void data(Connection& c, std::size_t bytes, const std::uint8_t* at) {
+    rails_.on_data(c, bytes, at);
+  }
+
+  // Rounds host code has started on rail `id` (a posted rig_rail_go): the loop starts them.
+  void host_go(std::uint32_t id);
+  // The job has failed or ended: every count raised, host code's calls reach nothing from now on.
+  void shut() noexcept;
+
+ private:
+  struct Waiting {
+    std::uint32_t rail;
+    std::uint64_t round;
+    bool arrived;  // else sent
+  };
+  HeldRail* held(std::uint32_t id, std::string_view message, bool source);
+  void moved(HeldRail& rail, std::uint64_t round, bool arrived);
+  void forget_record(HeldRail& rail) noexcept;
+
+  Reactor& reactor_;
+  Fail fail_;
+  std::function<void()> resume_;
+  Connection* controller_ = nullptr;
+  std::function<Connection*(const std::string&)> find_link_;
+  std::optional<Waiting> waiting_;
+  bool shut_ = false;
+  Rails rails_;
+};
+
+}  // namespace rig::remote

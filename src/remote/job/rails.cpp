@@ -1,0 +1,290 @@
+#include "remote/job/rails.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "remote/limits.hpp"
+#include "remote/wire/codec.hpp"
+#include "remote/wire/frame.hpp"
+
+namespace rig::remote {
+
+Rails::Rails(Events events) : events_(std::move(events)) {}
+
+Rails::~Rails() {
+  *self_ = nullptr;
+}
+
+std::optional<std::string> Rails::add(std::uint32_t id, bool source, Connection& link,
+                                      std::vector<std::span<std::byte>> parts,
+                                      std::shared_ptr<const void> keep,
+                                      std::shared_ptr<RailCounts> counts) {
+  if (!counts) {
+    auto taken = RailCounts::take();
+    if (!taken) return "holds " + std::to_string(rails_max) + " rails already";
+    counts = std::make_shared<RailCounts>(std::move(*taken));
+  }
+  auto rail = std::make_shared<HeldRail>();
+  rail->id = id;
+  rail->source = source;
+  rail->link = &link;
+  rail->parts = std::move(parts);
+  rail->keep = std::move(keep);
+  rail->counts = std::move(counts);
+  if (raised_) rail->counts->raise();
+  held_[id] = std::move(rail);
+  return std::nullopt;
+}
+
+HeldRail* Rails::find(std::uint32_t id) {
+  auto it = held_.find(id);
+  return it == held_.end() ? nullptr : it->second.get();
+}
+
+void Rails::go(HeldRail& rail, std::uint64_t round, bool wait_ready, const std::string& who) {
+  if (raised_) return;
+  if (round != rail.started + 1) {
+    return events_.fail(who + ": malformed message: RAIL_GO of round " + std::to_string(round) +
+                        " of rail " + std::to_string(rail.id) + " where round " +
+                        std::to_string(rail.started + 1) + " was due");
+  }
+  rail.started = round;
+  // Rounds leave in order: one behind a round still waiting for RAIL_READY waits too.
+  if ((wait_ready && rail.ready < round) || !rail.waiting_ready.empty()) {
+    rail.waiting_ready.push_back(round);
+    return release_ready(rail);
+  }
+  queue(rail, round);
+}
+
+void Rails::host_go(HeldRail& rail) {
+  const std::uint64_t upto = rail.numbered.load(std::memory_order_acquire);
+  while (!raised_ && rail.started < upto) go(rail, rail.started + 1, false, "");
+}
+
+void Rails::release_ready(HeldRail& rail) {
+  // A round that needs no RAIL_READY waits only behind an earlier one that does.
+  while (!rail.waiting_ready.empty() && rail.waiting_ready.front() <= rail.ready) {
+    const std::uint64_t round = rail.waiting_ready.front();
+    rail.waiting_ready.pop_front();
+    queue(rail, round);
+  }
+  if (rail.waiting_ready.empty() && rail.ending) {
+    outgoing_[rail.link].items.push_back({held_[rail.id], 0});
+    pump(rail.link);
+  }
+}
+
+void Rails::queue(HeldRail& rail, std::uint64_t round) {
+  outgoing_[rail.link].items.push_back({held_[rail.id], round});
+  pump(rail.link);
+}
+
+void Rails::end(HeldRail& rail) {
+  if (rail.ending) return;
+  rail.ending = true;
+  if (!rail.waiting_ready.empty()) return;  // release_ready queues it after them
+  outgoing_[rail.link].items.push_back({held_[rail.id], 0});
+  pump(rail.link);
+}
+
+void Rails::say_ready(HeldRail& rail, std::uint64_t round) {
+  if (raised_ || rail.link->state() != Connection::State::open) return;
+  rail.link->send(RailReady{rail.id, round});
+}
+
+void Rails::pump(Connection* link) {
+  auto it = outgoing_.find(link);
+  if (it == outgoing_.end()) return;
+  Outgoing& o = it->second;
+  if (o.pumping) return;
+  o.pumping = true;
+  // One chunk at a time is handed to the connection, the next once the kernel has taken it: a
+  // message sent meanwhile waits behind at most one chunk.
+  while (!raised_ && !o.items.empty() && link->state() == Connection::State::open &&
+         !link->writing()) {
+    const Outgoing::Item item = o.items.front();
+    HeldRail& rail = *item.rail;
+    if (item.round == 0) {
+      o.items.pop_front();
+      link->send(RailEnd{rail.id});
+      if (events_.ended) events_.ended(rail);
+      drop(rail.id);
+      continue;
+    }
+    const std::span<std::byte> part = rail.parts[o.part];
+    const std::size_t n =
+        static_cast<std::size_t>(std::min<std::uint64_t>(chunk_bytes, part.size() - o.offset));
+    Bytes owned;
+    encode(RailChunk{rail.id, item.round, o.part, o.offset}, owned);
+    const std::size_t header = owned.size();
+    owned.resize(header + frame_header_bytes);
+    write_frame_header(
+        std::span<std::uint8_t, frame_header_bytes>(owned.data() + header, frame_header_bytes),
+        RailData::type, n);
+    const Connection::Piece pieces[] = {
+        {nullptr, 0, owned.size()},
+        {reinterpret_cast<const std::uint8_t*>(part.data()) + o.offset, 0, n}};
+    o.offset += n;
+    if (o.offset == part.size()) {
+      ++o.part;
+      o.offset = 0;
+    }
+    const bool last = o.part == rail.parts.size();
+    if (last) {
+      o.items.pop_front();
+      o.part = 0;
+    }
+    link->send_pieces(std::move(owned), pieces,
+                      [self = self_, link, rail = item.rail, round = item.round, last] {
+                        if (*self != nullptr) (*self)->chunk_written(link, rail, round, last);
+                      });
+  }
+  o.pumping = false;
+}
+
+void Rails::chunk_written(Connection* link, std::shared_ptr<HeldRail> rail, std::uint64_t round,
+                          bool last) {
+  if (raised_) return;
+  if (last) {
+    rail->counts->sent().publish(round);
+    if (events_.sent) events_.sent(*rail, round);
+  }
+  pump(link);
+}
+
+HeldRail* Rails::held_on(Connection& from, std::uint32_t id, std::string_view message,
+                         bool source) {
+  HeldRail* rail = find(id);
+  const std::string what = std::string(message) + " names rail " + std::to_string(id);
+  if (rail == nullptr) {
+    bad(from, what + ", which the job does not hold on this machine");
+    return nullptr;
+  }
+  if (rail->source != source || rail->link != &from) {
+    bad(from, what + ", of which it is not the " +
+                  (source ? std::string("destination") : std::string("source")));
+    return nullptr;
+  }
+  return rail;
+}
+
+void Rails::bad(Connection& from, const std::string& what) {
+  events_.fail(from.peer_name() + ": malformed message: " + what);
+}
+
+void Rails::on_message(Connection& from, const Message& m) {
+  if (raised_) return;
+  if (const auto* r = std::get_if<RailReady>(&m)) return on_ready(from, *r);
+  if (const auto* c = std::get_if<RailChunk>(&m)) return on_chunk(from, *c);
+  if (const auto* n = std::get_if<RailCount>(&m)) return on_count(from, *n);
+  if (const auto* e = std::get_if<RailEnd>(&m)) return on_end(from, *e);
+}
+
+void Rails::on_ready(Connection& from, const RailReady& m) {
+  HeldRail* rail = held_on(from, m.rail, "RAIL_READY", true);
+  if (rail == nullptr) return;
+  if (m.round <= rail->ready) {
+    return bad(from, "RAIL_READY for round " + std::to_string(m.round) + " of rail " +
+                         std::to_string(m.rail) + " after round " + std::to_string(rail->ready));
+  }
+  rail->ready = m.round;
+  release_ready(*rail);
+}
+
+void Rails::on_chunk(Connection& from, const RailChunk& m) {
+  if (incoming_.count(&from) != 0) {
+    return bad(from, "RAIL_CHUNK where the RAIL_DATA of the one before it was due");
+  }
+  HeldRail* rail = held_on(from, m.rail, "RAIL_CHUNK", false);
+  if (rail == nullptr) return;
+  const std::uint64_t due = rail->counts->arrived().get() + 1;
+  if (m.round != due || m.part != rail->due_part || m.offset != rail->due_offset) {
+    return bad(from, "RAIL_CHUNK of rail " + std::to_string(m.rail) + " round " +
+                         std::to_string(m.round) + " transfer " + std::to_string(m.part) +
+                         " offset " + std::to_string(m.offset) + " where round " +
+                         std::to_string(due) + " transfer " + std::to_string(rail->due_part) +
+                         " offset " + std::to_string(rail->due_offset) + " was due");
+  }
+  incoming_[&from] = Incoming{held_[m.rail], m.round};
+}
+
+std::span<std::uint8_t> Rails::sink(Connection& from, std::size_t bytes) {
+  if (raised_) return {};
+  auto it = incoming_.find(&from);
+  if (it == incoming_.end()) return {};
+  HeldRail& rail = *it->second.rail;
+  const std::span<std::byte> part = rail.parts[rail.due_part];
+  if (bytes == 0 || bytes > part.size() - rail.due_offset) return {};  // on_data says why
+  return {reinterpret_cast<std::uint8_t*>(part.data()) + rail.due_offset, bytes};
+}
+
+void Rails::on_data(Connection& from, std::size_t bytes, const std::uint8_t* at) {
+  if (raised_) return;
+  auto it = incoming_.find(&from);
+  if (it == incoming_.end()) return bad(from, "RAIL_DATA where no RAIL_CHUNK came before it");
+  const Incoming in = std::move(it->second);
+  incoming_.erase(it);
+  HeldRail& rail = *in.rail;
+  const std::span<std::byte> part = rail.parts[rail.due_part];
+  const std::uint64_t room = part.size() - rail.due_offset;
+  if (bytes == 0 || bytes > room) {
+    return bad(from, "RAIL_DATA of " + std::to_string(bytes) + " bytes where " +
+                         std::to_string(room) + " of transfer " + std::to_string(rail.due_part) +
+                         " of rail " + std::to_string(rail.id) + " were due");
+  }
+  if (at != nullptr) std::memcpy(part.data() + rail.due_offset, at, bytes);
+  rail.due_offset += bytes;
+  if (rail.due_offset == part.size()) {
+    ++rail.due_part;
+    rail.due_offset = 0;
+  }
+  if (rail.due_part < rail.parts.size()) return;
+  rail.due_part = 0;
+  // The round is in place: the word says so with release order, so a waiter that sees it sees
+  // the bytes. Its sources were all read before its last byte left.
+  rail.counts->arrived().publish(in.round);
+  rail.counts->sent().publish(in.round);
+  if (rail.link->state() == Connection::State::open) {
+    rail.link->send(RailCount{rail.id, RailCount::arrived, in.round});
+  }
+  if (events_.arrived) events_.arrived(rail, in.round);
+}
+
+void Rails::on_count(Connection& from, const RailCount& m) {
+  HeldRail* rail = held_on(from, m.rail, "RAIL_COUNT", true);
+  if (rail == nullptr) return;
+  if (m.which != RailCount::arrived || m.value > rail->started) {
+    return bad(from, "RAIL_COUNT " + std::to_string(m.which) + " of " + std::to_string(m.value) +
+                         " for rail " + std::to_string(m.rail) + ", of which " +
+                         std::to_string(rail->started) + " rounds have started");
+  }
+  rail->counts->arrived().publish(m.value);
+  rail->counts->sent().publish(m.value);
+}
+
+void Rails::on_end(Connection& from, const RailEnd& m) {
+  HeldRail* rail = held_on(from, m.rail, "RAIL_END", false);
+  if (rail == nullptr) return;
+  if (auto it = incoming_.find(&from); it != incoming_.end()) {
+    return bad(from, "RAIL_END where the RAIL_DATA of a RAIL_CHUNK was due");
+  }
+  if (rail->due_part != 0 || rail->due_offset != 0) {
+    return bad(from, "RAIL_END of rail " + std::to_string(m.rail) + " inside a round");
+  }
+  if (events_.ended) events_.ended(*rail);
+  drop(m.rail);
+}
+
+void Rails::drop(std::uint32_t id) {
+  held_.erase(id);
+}
+
+void Rails::raise_all() noexcept {
+  raised_ = true;
+  for (auto& [id, rail] : held_) rail->counts->raise();
+  incoming_.clear();
+  for (auto& [link, o] : outgoing_) o.items.clear();
+}
+
+}  // namespace rig::remote

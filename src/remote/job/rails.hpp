@@ -1,0 +1,155 @@
+// The rails a process of a job holds, on its loop: the source's rounds sent over each link, paced
+// one chunk at a time so that other messages on the link wait at most one chunk; the
+// destination's bytes read straight into its memory; the counts both ends keep. Both roles use
+// it: the controller when its own host is an end, an agent for the rails its host is an end of.
+// The ordering of rounds with other work (RAIL_GO, RAIL_EXPECT) is the role's (docs/rails.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "remote/io/connection.hpp"
+#include "remote/job/rail_count.hpp"
+#include "remote/wire/messages.hpp"
+
+namespace rig::remote {
+
+// One rail as this process holds it. Owner: its process's Rails (shared with the writes that
+// still send from its memory). Threads: the loop, but for the counts (any thread reads them) and
+// `host_started` (host code's rig_rail_go).
+struct HeldRail {
+  std::uint32_t id = 0;
+  bool source = false;        // else this end is the destination
+  Connection* link = nullptr;  // to the other end
+  std::vector<std::span<std::byte>> parts;  // this end's memory of each transfer
+  std::shared_ptr<const void> keep;         // holds that memory
+  std::shared_ptr<RailCounts> counts;  // shared with the controller's handle, on the controller
+
+  // Source: rounds the loop has started (queued to send), the highest round the destination said
+  // RAIL_READY for, the rounds waiting for that, and the rounds host code started that the loop
+  // has yet to start.
+  std::uint64_t started = 0;
+  std::uint64_t ready = 0;
+  std::deque<std::uint64_t> waiting_ready;
+  // The number of the last round given out here, by RAIL_GO or by host code (rig_rail_go).
+  std::atomic<std::uint64_t> numbered{0};
+  bool ending = false;  // RAIL_END is queued behind the last round
+  // Destination: the next bytes due (of round arrived + 1).
+  std::uint32_t due_part = 0;
+  std::uint64_t due_offset = 0;
+
+};
+
+// Owner: the role's protocol (or the agent's work). Threads: the loop. Lifetime: the job's; its
+// writes in flight hold what they send from, and find it gone without harm.
+class Rails {
+ public:
+  struct Events {
+    // The round's sources are read (handed to the kernel): they may be written again.
+    std::function<void(HeldRail& rail, std::uint64_t round)> sent;
+    // The round's bytes are all in this process's memory.
+    std::function<void(HeldRail& rail, std::uint64_t round)> arrived;
+    // The rail's end is done with at this process (RAIL_END passed on, or received): it is
+    // dropped once this returns.
+    std::function<void(HeldRail& rail)> ended;
+    // A malformed rail message or another failure: the job fails with this cause.
+    std::function<void(const std::string& cause)> fail;
+  };
+
+  explicit Rails(Events events);
+  ~Rails();
+  Rails(const Rails&) = delete;
+  Rails& operator=(const Rails&) = delete;
+
+  // Holds rail `id`, counting in `counts` (new ones if null); why not if it cannot (the process
+  // holds rails_max rails already). The caller has checked `parts` (none empty).
+  std::optional<std::string> add(std::uint32_t id, bool source, Connection& link,
+                                 std::vector<std::span<std::byte>> parts,
+                                 std::shared_ptr<const void> keep,
+                                 std::shared_ptr<RailCounts> counts = nullptr);
+  HeldRail* find(std::uint32_t id);
+  bool empty() const { return held_.empty(); }
+  template <typename F>
+  void each(F f) {
+    for (auto& [id, rail] : held_) f(*rail);
+  }
+
+  // Source: starts round `round`, which must be the next (a mismatch fails the job, naming
+  // `who`'s message). With `wait_ready` its bytes go once the destination has said RAIL_READY.
+  void go(HeldRail& rail, std::uint64_t round, bool wait_ready, const std::string& who);
+  // Source: starts the rounds host code has numbered (rig_rail_go) since the last call.
+  void host_go(HeldRail& rail);
+  // Source: passes RAIL_END on after the last round's bytes, then drops the rail.
+  void end(HeldRail& rail);
+  // Destination of a round the controller starts: says RAIL_READY to the source.
+  void say_ready(HeldRail& rail, std::uint64_t round);
+
+  // What arrives on a link; a malformed one fails the job. (RAIL_COUNT is the role's: the
+  // controller keeps the counts of every rail of its job, an end or not.)
+  void on_ready(Connection& from, const RailReady& m);
+  void on_chunk(Connection& from, const RailChunk& m);
+  // An agent source's: the destination's arrived count.
+  void on_count(Connection& from, const RailCount& m);
+  void on_end(Connection& from, const RailEnd& m);
+  // RAIL_DATA: where its `bytes` go, if to one place (bulk_sink); then their arrival, placed
+  // already (`from` null) or at `from`.
+  std::span<std::uint8_t> sink(Connection& from, std::size_t bytes);
+  void on_data(Connection& from, std::size_t bytes, const std::uint8_t* at);
+
+  // Whether a message belongs here.
+  static bool handles(const Message& m) {
+    return std::holds_alternative<RailReady>(m) || std::holds_alternative<RailChunk>(m) ||
+           std::holds_alternative<RailCount>(m) || std::holds_alternative<RailEnd>(m);
+  }
+  // Routes one of those to its on_* call.
+  void on_message(Connection& from, const Message& m);
+
+  // The job has failed: every count raised (waiters wake), nothing more sent or placed.
+  void raise_all() noexcept;
+
+ private:
+  // A link's outgoing rounds, in the order they became ready to send, and where the head is.
+  struct Outgoing {
+    struct Item {
+      std::shared_ptr<HeldRail> rail;
+      std::uint64_t round = 0;  // 0: the rail's RAIL_END
+    };
+    std::deque<Item> items;
+    std::uint32_t part = 0;
+    std::uint64_t offset = 0;
+    bool pumping = false;
+  };
+  // A RAIL_CHUNK whose RAIL_DATA is next on its link.
+  struct Incoming {
+    std::shared_ptr<HeldRail> rail;
+    std::uint64_t round = 0;
+  };
+
+  void queue(HeldRail& rail, std::uint64_t round);
+  void release_ready(HeldRail& rail);
+  void pump(Connection* link);
+  void chunk_written(Connection* link, std::shared_ptr<HeldRail> rail, std::uint64_t round,
+                     bool last);
+  void place(Connection& from, std::size_t bytes, const std::uint8_t* at);
+  HeldRail* held_on(Connection& from, std::uint32_t id, std::string_view message, bool source);
+  void bad(Connection& from, const std::string& what);
+  void drop(std::uint32_t id);
+
+  Events events_;
+  std::map<std::uint32_t, std::shared_ptr<HeldRail>> held_;
+  std::map<Connection*, Outgoing> outgoing_;
+  std::map<Connection*, Incoming> incoming_;
+  bool raised_ = false;
+  // Cleared when this goes, for the write callbacks that outlive it.
+  std::shared_ptr<Rails*> self_ = std::make_shared<Rails*>(this);
+};
+
+}  // namespace rig::remote
