@@ -21,7 +21,7 @@ inline constexpr std::size_t key_bytes_max = 4 * KiB;
 inline constexpr std::size_t keygen_bytes = 32;
 
 // The version this build speaks. A greeting from another version is refused, never half-parsed.
-inline constexpr std::uint32_t protocol_version = 1;
+inline constexpr std::uint32_t protocol_version = 2;
 
 // Frames. The length field counts the type byte and the body. Bulk copies will carry 1-2 MiB of
 // payload per frame (the write size that keeps TCP streaming at full speed), so 4 MiB leaves room

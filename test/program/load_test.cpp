@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/arch.hpp"
+#include "rig/kernel.h"
 #include "rig/program.hpp"
 #include "rig/rig.hpp"
 #include "rig/sim.hpp"
@@ -237,7 +238,7 @@ TEST_CASE("load errors name the device and what is wrong") {
                                        "with rig pack?)");
     CHECK(load(d, wrong).error() ==
           d.name() + ": rig.program: the " + level +
-              " host code was built for kernel ABI 999, this rig speaks 1");
+              " host code was built for kernel ABI 999, this rig speaks " + std::to_string(RIG_KERNEL_ABI));
     CHECK(load(d, *no_host).error() == d.name() +
                                            ": rig.program: no host code for this processor (it "
                                            "runs " +

@@ -40,3 +40,58 @@ RIG_ENTRY shape(const rig_launch* l) {
   }
   out[6] = l->arg_count;
 }
+
+/* A pipeline over two rails driven by host code alone (docs/rails.md): args: out (rig_rail*, this
+ * machine its source), in (rig_rail*, this machine its destination), send (u64*, out's source
+ * memory), recv (const u64*, in's destination memory), rounds, role (0 starts each round, 1
+ * answers), result (u64[3]: rounds done, mismatches, 1 if a count was raised). Each round carries
+ * one word: the starter sends 2r, the answerer answers with what it got plus one. */
+RIG_ENTRY rail_pingpong(const rig_launch* l) {
+  rig_rail* out = (rig_rail*)(uintptr_t)l->args[0];
+  rig_rail* in = (rig_rail*)(uintptr_t)l->args[1];
+  volatile uint64_t* send = (volatile uint64_t*)(uintptr_t)l->args[2];
+  const volatile uint64_t* recv = (const volatile uint64_t*)(uintptr_t)l->args[3];
+  const uint64_t rounds = l->args[4];
+  const uint64_t role = l->args[5];
+  uint64_t* result = (uint64_t*)(uintptr_t)l->args[6];
+  result[0] = result[1] = result[2] = 0;
+  for (uint64_t r = 1; r <= rounds; ++r) {
+    if (role == 0) {
+      /* The last round's source was read once its answer came back. */
+      send[0] = 2 * r;
+      if (rig_rail_go(out) != r) {
+        result[2] = 1;
+        return;
+      }
+      if (rig_rail_wait_arrived(in, r) == RIG_RAIL_RAISED) {
+        result[2] = 1;
+        return;
+      }
+      if (recv[0] != 2 * r + 1) ++result[1];
+    } else {
+      if (rig_rail_wait_arrived(in, r) == RIG_RAIL_RAISED) {
+        result[2] = 1;
+        return;
+      }
+      if (recv[0] != 2 * r) ++result[1];
+      if (r > 1 && rig_rail_wait_sent(out, r - 1) == RIG_RAIL_RAISED) {
+        result[2] = 1;
+        return;
+      }
+      send[0] = recv[0] + 1;
+      if (rig_rail_go(out) != r) {
+        result[2] = 1;
+        return;
+      }
+    }
+    result[0] = r;
+  }
+}
+
+/* args: rail (rig_rail*), result (u64[1]). Waits for the rail's arrived count to be raised: the
+ * host code of a surviving agent, woken by a failed job. result[0] = the count it saw. */
+RIG_ENTRY rail_wait_raised(const rig_launch* l) {
+  rig_rail* r = (rig_rail*)(uintptr_t)l->args[0];
+  uint64_t* result = (uint64_t*)(uintptr_t)l->args[1];
+  result[0] = rig_rail_wait_arrived(r, RIG_RAIL_RAISED);
+}

@@ -45,6 +45,24 @@ struct RailPlan {
   std::function<void(const rig::detail::Work& round)> round_arrived;
 };
 
+// A driver of one of the job's devices whose work the agent of a member orders with the work sent
+// to it (a rail between two agents, at either end): a proxy of that member's machine never waits
+// for it before sending. Owner: its device. Threads: any.
+class OrderedByAgent {
+ public:
+  virtual bool ordered_by(std::size_t member) const noexcept = 0;
+
+ protected:
+  ~OrderedByAgent() = default;
+};
+
+// What a proxy's run may take as an object argument (Arg::Object): a rail, named on the wire by its
+// number. Owner: its handles. Threads: any.
+class RailObject : public rig::detail::RunObject {
+ public:
+  virtual std::uint32_t rail_id() const noexcept = 0;
+};
+
 // The protocol's side of the job's rails, for the rail handles. Owner: the protocol. Threads: the
 // loop (calls come through JobLink::with_rails).
 class RailSide {

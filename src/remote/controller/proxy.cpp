@@ -8,7 +8,6 @@
 #include "core/limits.hpp"
 #include "core/registry.hpp"
 #include "core/signals.hpp"
-#include "remote/controller/rail.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
 
@@ -145,8 +144,8 @@ void RemoteDriver::ready(const rig::detail::Work& work) {
     // A round of a rail between two agents, this machine one of them, is in order here too: the
     // agent takes nothing after its RAIL_GO until the sources are read, nor after its RAIL_EXPECT
     // until the round has arrived.
-    if (const auto* rail = dynamic_cast<const RailDriver*>(&dep.device->driver());
-        rail != nullptr && rail->between_agents() && rail->ends_at(member_)) {
+    if (const auto* ordered = dynamic_cast<const OrderedByAgent*>(&dep.device->driver());
+        ordered != nullptr && ordered->ordered_by(member_)) {
       continue;
     }
     const rig::detail::SignalsOpen waiting;
@@ -215,7 +214,7 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
     for (const auto& o : r.objects) {
       WireArg& a = p.args[o.word];
       a.word = 0;
-      a.memory = static_cast<const RailCore&>(*o.object).id;
+      a.memory = static_cast<const RailObject&>(*o.object).rail_id();
       a.access = WireArg::rail;
     }
   }

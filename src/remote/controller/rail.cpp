@@ -214,8 +214,6 @@ Result<Rail> rail(std::span<const Transfer> transfers) {
     const std::string which = "transfer " + std::to_string(i) + ": ";
     if (!t.from || !t.to) misuse(which + "an empty Buffer handle");
     if (t.bytes == 0) misuse(which + "it copies no bytes");
-    t.from.core()->check_usable();
-    t.to.core()->check_usable();
     for (const auto& [b, offset, side] :
          {std::tuple{&t.from, t.from_offset, "source"}, std::tuple{&t.to, t.to_offset, "destination"}}) {
       if (offset > b->size() || t.bytes > b->size() - offset) {
@@ -226,6 +224,13 @@ Result<Rail> rail(std::span<const Transfer> transfers) {
     }
     const End f = end_of(t.from, i, "source", job);
     const End d = end_of(t.to, i, "destination", job);
+    // A closed job's buffers are gone: that it closed is the reason, as for a failed one.
+    if (job && (job->closed.load() || job->close_sent.load())) return Error("the job has closed");
+    if (job) {
+      if (auto cause = job->cause()) return Error(*cause);
+    }
+    t.from.core()->check_usable();
+    t.to.core()->check_usable();
     if (i == 0) {
       from = f;
       to = d;

@@ -22,7 +22,7 @@ namespace rig::remote {
 
 // The driver of a rail's device: a submission to it is one controller round, its copies the
 // rail's transfers. Owner: the rail's device. Threads: any (go's), as a proxy's driver.
-class RailDriver final : public rig::detail::Driver {
+class RailDriver final : public rig::detail::Driver, public OrderedByAgent {
  public:
   RailDriver(std::weak_ptr<JobLink> link, std::uint32_t id, std::size_t source,
              std::size_t destination, std::shared_ptr<rig::detail::DeviceCore> from_host,
@@ -41,6 +41,7 @@ class RailDriver final : public rig::detail::Driver {
     return source_ != RailPlan::controller && destination_ != RailPlan::controller;
   }
   bool ends_at(std::size_t m) const noexcept { return m == source_ || m == destination_; }
+  bool ordered_by(std::size_t m) const noexcept override { return between_agents() && ends_at(m); }
   template <typename State>
   bool of_job(const std::shared_ptr<State>& state) const noexcept {
     return !link_.owner_before(state) && !state.owner_before(link_);
@@ -72,7 +73,7 @@ class RailDriver final : public rig::detail::Driver {
 
 // What a Rail handle refers to. Owner: the handles and the runs given the rail (Arg::rail).
 // Threads: any. Lifetime: until the last of those goes; the ends then let go of the rail too.
-struct RailCore final : rig::detail::RunObject {
+struct RailCore final : RailObject {
   RailCore() = default;
   ~RailCore() override;
 
@@ -92,6 +93,7 @@ struct RailCore final : rig::detail::RunObject {
   // Raises Lost with the root cause if the job has failed (or this is a child of fork).
   void check_not_failed() const;
   void check_run_on(const rig::detail::DeviceCore& d) const override;
+  std::uint32_t rail_id() const noexcept override { return id; }
 };
 
 }  // namespace rig::remote

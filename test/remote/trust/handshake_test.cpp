@@ -280,26 +280,29 @@ TEST_SUITE("unit") {
 
   TEST_CASE("another protocol version is named at the dialer") {
     SUBCASE("the listener speaks a newer version") {
-      auto l = Handshake::listener(the_key(), {listener_instance, 2});
+      auto l = Handshake::listener(the_key(), {listener_instance, protocol_version + 1});
       auto d = Handshake::dialer(the_key(), controller());
       run(d, l, std::nullopt);
       REQUIRE(d.state() == State::refused);
-      CHECK(d.why() == "speaks protocol version 2, this process speaks 1");
+      CHECK(d.why() == "speaks protocol version " + std::to_string(protocol_version + 1) +
+                           ", this process speaks " + std::to_string(protocol_version));
       REQUIRE(l.state() == State::refused);
       CHECK(l.why() == "closed the connection during the handshake");
     }
     SUBCASE("the dialer speaks a newer version") {
       auto config = controller();
-      config.version = 2;
+      config.version = protocol_version + 1;
       auto l = listener();
       auto d = Handshake::dialer(the_key(), config);
       run(d, l, std::nullopt);
       REQUIRE(d.state() == State::refused);
-      CHECK(d.why() == "speaks protocol version 1, this process speaks 2");
+      CHECK(d.why() == "speaks protocol version " + std::to_string(protocol_version) +
+                           ", this process speaks " + std::to_string(protocol_version + 1));
     }
     SUBCASE("a version-7 greeting is named from its fixed prefix alone") {
       CHECK(dialer_refusal(cat({Octets(greeting_magic.begin(), greeting_magic.end()), le32(7)}),
-                           {}) == "speaks protocol version 7, this process speaks 1");
+                           {}) == "speaks protocol version 7, this process speaks " +
+                                      std::to_string(protocol_version));
     }
   }
 
