@@ -19,7 +19,7 @@ typedef struct rig_launch {
   uint32_t arg_count;   /* words in args */
   uint32_t reserved;    /* zero */
   const uint64_t* args; /* each a plain word, a buffer's address on the run's device, or a
-                           * rig_rail's address (rig::Arg::rail) */
+                         * rig_rail's address (rig::Arg::rail) */
 } rig_launch;
 
 /* A rail (rig/remote.hpp, docs/rails.md) as host code on one of its two machines receives it, for

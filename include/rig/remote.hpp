@@ -202,9 +202,9 @@ Result<Rail> rail(std::span<const Transfer> transfers);
 struct Record {
   enum class Of : std::uint8_t { host, device };
   Of of = Of::host;
-  std::string machine;  // "h100-b", "127.0.0.1:41234"
-  std::string address;  // "HOST:PORT" as the controller dialed it
-  std::uint32_t device = 0;                                  // a proxy's id at its agent; 0: host
+  std::string machine;       // "h100-b", "127.0.0.1:41234"
+  std::string address;       // "HOST:PORT" as the controller dialed it
+  std::uint32_t device = 0;  // a proxy's id at its agent; 0: host
   Result<Rail> (*make_rail)(std::span<const Transfer>) = nullptr;  // a host's: rail()
 };
 

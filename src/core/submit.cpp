@@ -109,7 +109,8 @@ detail::RunWork validate_run(DeviceCore& d, const Run& r, std::size_t part,
       continue;
     }
     if (const auto* object = std::get_if<Arg::Object>(&r.args[i].value)) {
-      if (!object->object) misuse(where() + "argument " + std::to_string(i) + " is an empty object");
+      if (!object->object)
+        misuse(where() + "argument " + std::to_string(i) + " is an empty object");
       object->object->check_run_on(d);
       w.objects.push_back({static_cast<std::uint32_t>(w.words.size()), object->object});
       w.words.push_back(0);

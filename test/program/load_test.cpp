@@ -238,7 +238,8 @@ TEST_CASE("load errors name the device and what is wrong") {
                                        "with rig pack?)");
     CHECK(load(d, wrong).error() ==
           d.name() + ": rig.program: the " + level +
-              " host code was built for kernel ABI 999, this rig speaks " + std::to_string(RIG_KERNEL_ABI));
+              " host code was built for kernel ABI 999, this rig speaks " +
+              std::to_string(RIG_KERNEL_ABI));
     CHECK(load(d, *no_host).error() == d.name() +
                                            ": rig.program: no host code for this processor (it "
                                            "runs " +

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <new>
 #include <vector>
@@ -52,8 +53,7 @@ std::uint64_t rail_go(rig_rail* r) noexcept {
   if (r->is_source == 0) return 0;
   h->busy.fetch_add(1, std::memory_order_seq_cst);
   std::uint64_t round = 0;
-  if (h->live.load(std::memory_order_seq_cst) != 0 &&
-      rig_rail_sent(r) != RIG_RAIL_RAISED) {
+  if (h->live.load(std::memory_order_seq_cst) != 0 && rig_rail_sent(r) != RIG_RAIL_RAISED) {
     void* at = nullptr;
     try {
       at = rig::detail::pool_allocate(sizeof(HostGo));
@@ -83,11 +83,11 @@ AgentRails::AgentRails(Reactor& reactor, Fail fail, std::function<void()> resume
     : reactor_(reactor),
       fail_(std::move(fail)),
       resume_(std::move(resume)),
-      rails_(Rails::Events{
-          [this](HeldRail& rail, std::uint64_t round) { moved(rail, round, false); },
-          [this](HeldRail& rail, std::uint64_t round) { moved(rail, round, true); },
-          [this](HeldRail& rail) { forget_record(rail); },
-          [this](const std::string& cause) { fail_(cause); }}) {}
+      rails_(
+          Rails::Events{[this](HeldRail& rail, std::uint64_t round) { moved(rail, round, false); },
+                        [this](HeldRail& rail, std::uint64_t round) { moved(rail, round, true); },
+                        [this](HeldRail& rail) { forget_record(rail); },
+                        [this](const std::string& cause) { fail_(cause); }}) {}
 
 AgentRails::~AgentRails() {
   shut();
@@ -96,9 +96,44 @@ AgentRails::~AgentRails() {
 void AgentRails::shut() noexcept {
   if (shut_) return;
   shut_ = true;
-  waiting_.reset();
+  under_way_.clear();
   rails_.raise_all();
   rails_.each([this](HeldRail& rail) { forget_record(rail); });
+}
+
+bool AgentRails::uses(const Message& m, std::uint32_t id) const {
+  const auto it = memory_of_.find(id);
+  if (it == memory_of_.end()) return false;
+  const auto& ids = it->second;
+  const auto mine = [&](std::uint64_t memory) {
+    return memory != 0 && std::find(ids.begin(), ids.end(), memory) != ids.end();
+  };
+  if (const auto* s = std::get_if<Submit>(&m)) {
+    for (const WirePart& p : s->parts) {
+      if (mine(p.dst) || mine(p.src)) return true;
+      for (const WireArg& a : p.args) {
+        if (a.access == WireArg::rail ? a.memory == id : mine(a.memory)) return true;
+      }
+    }
+    return false;
+  }
+  // A round of another rail over the same memory, or the next of this one.
+  const auto same = [&](std::uint32_t other) {
+    if (other == id) return true;
+    const auto o = memory_of_.find(other);
+    if (o == memory_of_.end()) return false;
+    return std::any_of(o->second.begin(), o->second.end(), mine);
+  };
+  if (const auto* g = std::get_if<RailGo>(&m)) return same(g->rail);
+  if (const auto* e = std::get_if<RailExpect>(&m)) return same(e->rail);
+  return false;
+}
+
+bool AgentRails::holds(const Message& m) const {
+  for (const UnderWay& u : under_way_) {
+    if (uses(m, u.rail)) return true;
+  }
+  return false;
 }
 
 void AgentRails::forget_record(HeldRail& rail) noexcept {
@@ -108,6 +143,7 @@ void AgentRails::forget_record(HeldRail& rail) noexcept {
   while (h.busy.load(std::memory_order_seq_cst) != 0) sched_yield();
   h.owner = nullptr;
   h.held = nullptr;
+  memory_of_.erase(rail.id);
 }
 
 HeldRail* AgentRails::held(std::uint32_t id, std::string_view message, bool source) {
@@ -163,6 +199,9 @@ void AgentRails::make(const RailMake& m, const std::map<std::uint64_t, Buffer>& 
     return;
   }
   HeldRail& rail = *rails_.find(m.rail);
+  std::vector<std::uint64_t> ids;
+  for (const WireRailPart& p : m.parts) ids.push_back(p.memory);
+  memory_of_[m.rail] = std::move(ids);
   HostRecord& h = records[rail.counts->slot()];
   h.record.sent = reinterpret_cast<const std::uint64_t*>(&rail.counts->sent());
   h.record.arrived = reinterpret_cast<const std::uint64_t*>(&rail.counts->arrived());
@@ -189,10 +228,11 @@ void AgentRails::go(const RailGo& m) {
                  std::to_string(m.rail) + ", where host code has numbered " +
                  std::to_string(expected) + " rounds: a rail given to host code is driven there");
   }
-  waiting_ = Waiting{m.rail, m.round, false};
   // A destination that is the controller is ready for the round already (rig's go() waited).
+  // The round may be sent within this call (the kernel took every chunk at once): the work then
+  // goes on at once, and waits only if it was not.
   rails_.go(*rail, m.round, rail->link != controller_, "controller");
-  if (waiting_ && rail->counts->sent().get() >= m.round) waiting_.reset();
+  if (rail->counts->sent().get() < m.round) under_way_.push_back({m.rail, m.round, false});
 }
 
 void AgentRails::expect(const RailExpect& m) {
@@ -200,7 +240,7 @@ void AgentRails::expect(const RailExpect& m) {
   HeldRail* rail = held(m.rail, "RAIL_EXPECT", false);
   if (rail == nullptr) return;
   if (rail->counts->arrived().get() >= m.round) return;
-  waiting_ = Waiting{m.rail, m.round, true};
+  under_way_.push_back({m.rail, m.round, true});
   rails_.say_ready(*rail, m.round);
 }
 
@@ -231,11 +271,12 @@ void AgentRails::moved(HeldRail& rail, std::uint64_t round, bool arrived) {
       (!arrived || rail.link != controller_)) {
     controller_->send(RailCount{rail.id, arrived ? RailCount::arrived : RailCount::sent, round});
   }
-  if (waiting_ && waiting_->rail == rail.id && waiting_->arrived == arrived &&
-      round >= waiting_->round) {
-    waiting_.reset();
-    if (resume_) resume_();
-  }
+  const auto done = [&](const UnderWay& u) {
+    return u.rail == rail.id && u.arrived == arrived && round >= u.round;
+  };
+  const auto before = under_way_.size();
+  std::erase_if(under_way_, done);
+  if (under_way_.size() != before && resume_) resume_();
 }
 
 }  // namespace rig::remote

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "remote/io/connection.hpp"
 #include "remote/io/reactor.hpp"
@@ -42,13 +43,21 @@ class AgentRails {
   void go(const RailGo& m);
   void expect(const RailExpect& m);
   void end(const RailEnd& m);
-  // Whether the last RAIL_GO's sources are still being read, or the last RAIL_EXPECT's round has
-  // yet to arrive: the work takes no later message meanwhile.
-  bool waiting() const { return waiting_.has_value(); }
+  // Whether `m` must wait: it uses memory of a round still under way here (a RAIL_GO's sources
+  // not yet read, a RAIL_EXPECT's destinations not yet all arrived). Work that uses other memory
+  // goes on beside the round; work that uses the round's follows it.
+  bool holds(const Message& m) const;
+  // Whether a round the controller started is still under way here.
+  bool busy() const { return !under_way_.empty(); }
 
   // The word a run receives for rail `id` (the address of its rig_rail), if this machine holds it.
   std::optional<std::uint64_t> record_word(std::uint64_t id) const;
 
+  // Whether this machine holds rail `id` as its destination.
+  bool holds_destination(std::uint32_t id) {
+    const HeldRail* rail = rails_.find(id);
+    return rail != nullptr && !rail->source;
+  }
   // What arrives for rails on any of the job's connections.
   void message(Connection& c, const Message& m) { rails_.on_message(c, m); }
   std::span<std::uint8_t> sink(Connection& c, std::size_t bytes) { return rails_.sink(c, bytes); }
@@ -62,11 +71,15 @@ class AgentRails {
   void shut() noexcept;
 
  private:
-  struct Waiting {
+  // A controller round under way here: until it is sent (source) or has arrived (destination),
+  // later messages that use its memory wait.
+  struct UnderWay {
     std::uint32_t rail;
     std::uint64_t round;
     bool arrived;  // else sent
   };
+  // Whether `m` uses any of rail `id`'s memory on this machine.
+  bool uses(const Message& m, std::uint32_t id) const;
   HeldRail* held(std::uint32_t id, std::string_view message, bool source);
   void moved(HeldRail& rail, std::uint64_t round, bool arrived);
   void forget_record(HeldRail& rail) noexcept;
@@ -76,7 +89,8 @@ class AgentRails {
   std::function<void()> resume_;
   Connection* controller_ = nullptr;
   std::function<Connection*(const std::string&)> find_link_;
-  std::optional<Waiting> waiting_;
+  std::vector<UnderWay> under_way_;
+  std::map<std::uint32_t, std::vector<std::uint64_t>> memory_of_;  // each rail's, by id
   bool shut_ = false;
   Rails rails_;
 };

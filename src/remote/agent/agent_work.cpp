@@ -93,8 +93,7 @@ AgentWork::AgentWork(Reactor& reactor, const std::vector<std::pair<std::string, 
       fail_(std::move(fail)),
       program_signals_(program_signals),
       rails_(
-          reactor, [this](const std::string& cause) { this->fail(cause); },
-          [this] { pump(); }) {
+          reactor, [this](const std::string& cause) { this->fail(cause); }, [this] { pump(); }) {
   devices_[0] = rig::host();
   uv_idle_init(reactor_.loop(), &idle_);
   idle_.data = this;
@@ -284,7 +283,16 @@ void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
 }
 
 void AgentWork::pump() {
-  while (!shut_ && !running_ && !then_ && !rails_.waiting() && !queue_.empty()) {
+  // A message's application may finish within itself (a rail round the kernel takes at once) and
+  // ask for the next: the loop below takes it, once the one it applies has returned.
+  if (pumping_) return;
+  pumping_ = true;
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done_pumping{pumping_};
+  while (!shut_ && !running_ && !then_ && !queue_.empty() &&
+         !rails_.holds(queue_.front().message)) {
     if (receiving_ && queue_.size() == 1) return;  // its bytes are still coming
     Op op = std::move(queue_.front());
     queue_.pop_front();

@@ -46,8 +46,10 @@ struct Helper;
 // dropped.
 //
 // Every message applies after the work of the one before it is done (the order the controller
-// relies on: work sent to a machine follows all work sent to it before). Messages that arrive
-// meanwhile wait in order; bulk bytes are staged in this process's memory as they arrive.
+// relies on: work sent to a machine follows all work sent to it before), but for a rail's round:
+// once its RAIL_GO or RAIL_EXPECT applies, later messages go on beside it, unless they use its
+// memory (AgentRails::holds), which they wait for. Messages that arrive meanwhile wait in order;
+// bulk bytes are staged in this process's memory as they arrive.
 // Host memory that bulk bytes pass through between the connection and a device, kept for the
 // next copies (see staging_cache_bytes_max). Owner: AgentWork, shared with the writes that still
 // send from its buffers. Threads: the loop. Lifetime: the job's, or its last such write's.
@@ -144,7 +146,7 @@ class AgentWork {
 
   void pump();
   bool idle() const {
-    return !running_ && !then_ && !rails_.waiting() && queue_.empty() && !receiving_;
+    return !running_ && !then_ && !rails_.busy() && queue_.empty() && !receiving_;
   }
   void release();
   void apply(Op& op);
@@ -186,6 +188,7 @@ class AgentWork {
   Connection* controller_ = nullptr;
   bool shut_ = false;
   bool receiving_ = false;  // the last queued op still takes PAYLOAD bytes
+  bool pumping_ = false;    // pump() is applying a message: a call from within it returns
   std::deque<Op> queue_;
   std::optional<Running> running_;
   std::function<void()> then_;     // set while a call runs on the helper thread

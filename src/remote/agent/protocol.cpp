@@ -275,7 +275,15 @@ void AgentProtocol::on_bulk_placed(Connection& c, std::uint8_t type, std::size_t
 
 void AgentProtocol::from_controller(Message&& m) {
   if (auto* join = std::get_if<Join>(&m)) return on_join(*join);
-  if (Rails::handles(m) && ready_sent_) return work_.rails().message(*controller_, m);
+  // The controller's connection is also the link of a rail whose other end is the controller: what
+  // comes for such a rail goes to the rails at once, but a RAIL_END for a rail this agent is the
+  // source of, or will be (its RAIL still queued), is applied in order with the work.
+  if (Rails::handles(m) && ready_sent_) {
+    const auto* end = std::get_if<RailEnd>(&m);
+    if (end == nullptr || work_.rails().holds_destination(end->rail)) {
+      return work_.rails().message(*controller_, m);
+    }
+  }
   if (AgentWork::handles(m)) {
     if (!ready_sent_) {
       return fail("controller: malformed message: " +

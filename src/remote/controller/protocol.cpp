@@ -22,12 +22,12 @@ ControllerProtocol::ControllerProtocol(Reactor& reactor, const Timing& timing, K
       dialer_(dialer),
       finished_(std::move(finished)),
       id_(id),
-      own_rails_(Rails::Events{
-          nullptr,
-          [this](HeldRail& rail, std::uint64_t round) {
-            if (auto it = rails_.find(rail.id); it != rails_.end()) rail_arrived(it->second, round);
-          },
-          nullptr, [this](const std::string& cause) { fail(cause); }}) {
+      own_rails_(Rails::Events{nullptr,
+                               [this](HeldRail& rail, std::uint64_t round) {
+                                 if (auto it = rails_.find(rail.id); it != rails_.end())
+                                   rail_arrived(it->second, round);
+                               },
+                               nullptr, [this](const std::string& cause) { fail(cause); }}) {
   ticker_ = reactor_.add_ticker([this](std::int64_t now) { guarded([&] { tick(now); }); });
 }
 
@@ -405,8 +405,8 @@ void ControllerProtocol::add_rail(RailPlan plan, std::shared_ptr<Reply> source_r
   if (own_source || own_destination) {
     Connection* link = member_connection(own_source ? plan.destination : plan.source);
     if (link == nullptr) return refuse("the job has closed");
-    if (auto why = own_rails_.add(plan.id, own_source, *link, plan.own_parts, plan.keep,
-                                  plan.counts)) {
+    if (auto why =
+            own_rails_.add(plan.id, own_source, *link, plan.own_parts, plan.keep, plan.counts)) {
       return refuse(*why);
     }
   }

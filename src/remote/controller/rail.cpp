@@ -126,9 +126,8 @@ void RailDriver::enqueue(rig::detail::Work work) {
   flow_.take(inflight_cost(work));
   const std::uint64_t round = work.value;
   auto held = std::make_shared<rig::detail::Work>(std::move(work));
-  link->with_rails([id = id_, round, held](RailSide& side) {
-    side.go_rail(id, round, std::move(*held));
-  });
+  link->with_rails(
+      [id = id_, round, held](RailSide& side) { side.go_rail(id, round, std::move(*held)); });
 }
 
 // ---- RailCore
@@ -144,8 +143,8 @@ void RailCore::check_not_failed() const {
 
 void RailCore::check_run_on(const rig::detail::DeviceCore& d) const {
   const auto* driver = dynamic_cast<const RemoteDriver*>(&d.driver());
-  const bool end = driver != nullptr && driver->id() == 0 &&
-                   (&d == from.core().get() || &d == to.core().get());
+  const bool end =
+      driver != nullptr && driver->id() == 0 && (&d == from.core().get() || &d == to.core().get());
   if (!end) {
     throw std::invalid_argument("rig: a run on " + d.info().name + " cannot take rail " +
                                 std::to_string(id) + ": only host code on one of its agent ends (" +
@@ -173,8 +172,9 @@ std::uint64_t Rail::go() {
                                 "start from now on");
   }
   auto l = c.link.lock();
-  if (!l) throw std::invalid_argument("rig: go() of rail " + std::to_string(c.id) +
-                                      ": the job has closed");
+  if (!l)
+    throw std::invalid_argument("rig: go() of rail " + std::to_string(c.id) +
+                                ": the job has closed");
   return rig::submit(Device(c.device), std::span<const Part>(c.parts));
 }
 
@@ -214,8 +214,8 @@ Result<Rail> rail(std::span<const Transfer> transfers) {
     const std::string which = "transfer " + std::to_string(i) + ": ";
     if (!t.from || !t.to) misuse(which + "an empty Buffer handle");
     if (t.bytes == 0) misuse(which + "it copies no bytes");
-    for (const auto& [b, offset, side] :
-         {std::tuple{&t.from, t.from_offset, "source"}, std::tuple{&t.to, t.to_offset, "destination"}}) {
+    for (const auto& [b, offset, side] : {std::tuple{&t.from, t.from_offset, "source"},
+                                          std::tuple{&t.to, t.to_offset, "destination"}}) {
       if (offset > b->size() || t.bytes > b->size() - offset) {
         misuse(which + side + " range " + range_text(offset, t.bytes) +
                " is outside its buffer of " + std::to_string(b->size()) + " bytes on " +
@@ -290,8 +290,8 @@ Result<Rail> rail(std::span<const Transfer> transfers) {
   core->link = std::shared_ptr<JobLink>(job, job->link.get());
   core->outcome = job->outcome;
   core->device = std::make_shared<rig::detail::DeviceCore>(rig::detail::DeviceInfo{
-      Kind::cpu, "rail " + std::to_string(core->id) + " from " + core->from.name() + " to " +
-                     core->to.name(),
+      Kind::cpu,
+      "rail " + std::to_string(core->id) + " from " + core->from.name() + " to " + core->to.name(),
       "", 0});
   core->device->attach(std::make_unique<RailDriver>(core->link, core->id, from.member, to.member,
                                                     from.host, to.host));
@@ -330,7 +330,8 @@ Result<Rail> rail(std::span<const Transfer> transfers) {
   const auto destination = handing->destination;
   handing.reset();  // the loop's copy answers for them now, or the drop that frees it
   try {
-    for (const auto& [reply, end] : {std::pair{source, &core->from}, std::pair{destination, &core->to}}) {
+    for (const auto& [reply, end] :
+         {std::pair{source, &core->from}, std::pair{destination, &core->to}}) {
       if (!reply) continue;
       JobLink::await(*reply);
       const auto& made = std::get<RailMade>(*reply->answer);

@@ -43,8 +43,8 @@ void raise_in_child() noexcept {
 
 void RailWord::publish(std::uint64_t v) noexcept {
   std::uint64_t cur = value.load(std::memory_order_relaxed);
-  while (cur < v &&
-         !value.compare_exchange_weak(cur, v, std::memory_order_release, std::memory_order_relaxed)) {
+  while (cur < v && !value.compare_exchange_weak(cur, v, std::memory_order_release,
+                                                 std::memory_order_relaxed)) {
   }
   seq.fetch_add(1, std::memory_order_seq_cst);
   if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&seq);
@@ -53,8 +53,8 @@ void RailWord::publish(std::uint64_t v) noexcept {
 std::uint64_t RailWord::wait(std::uint64_t v) const noexcept {
   std::uint64_t now = get();
   if (now >= v) return now;
-  const auto spin_until = std::chrono::steady_clock::now() +
-                          std::chrono::nanoseconds(rig::detail::wait_spin_ns);
+  const auto spin_until =
+      std::chrono::steady_clock::now() + std::chrono::nanoseconds(rig::detail::wait_spin_ns);
   for (unsigned i = 0;; ++i) {
     now = get();
     if (now >= v) return now;

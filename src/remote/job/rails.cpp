@@ -162,8 +162,9 @@ HeldRail* Rails::held_on(Connection& from, std::uint32_t id, std::string_view me
     return nullptr;
   }
   if (rail->source != source || rail->link != &from) {
-    bad(from, what + ", of which it is not the " +
-                  (source ? std::string("destination") : std::string("source")));
+    bad(from, what + ", of which this machine is not the " +
+                  (source ? std::string("source") : std::string("destination")) +
+                  " with that peer");
     return nullptr;
   }
   return rail;

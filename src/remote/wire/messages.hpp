@@ -509,10 +509,10 @@ struct RailEnd {
   friend bool operator==(const RailEnd&, const RailEnd&) = default;
 };
 
-using Message = std::variant<Heartbeat, Abort, Close, Closed, Join, Ready, Reached, Open, Opened,
-                             Make, Made, Free, Load, Loaded, Unload, Submit, Payload, Data,
-                             RailMake, RailMade, RailGo, RailExpect, RailReady, RailChunk, RailData,
-                             RailCount, RailEnd>;
+using Message =
+    std::variant<Heartbeat, Abort, Close, Closed, Join, Ready, Reached, Open, Opened, Make, Made,
+                 Free, Load, Loaded, Unload, Submit, Payload, Data, RailMake, RailMade, RailGo,
+                 RailExpect, RailReady, RailChunk, RailData, RailCount, RailEnd>;
 
 // Whether frames of this type carry raw bytes that connections pass on undecoded.
 constexpr bool is_bulk(std::uint8_t type) noexcept {

@@ -301,8 +301,8 @@ TEST_SUITE("unit") {
     }
     SUBCASE("a version-7 greeting is named from its fixed prefix alone") {
       CHECK(dialer_refusal(cat({Octets(greeting_magic.begin(), greeting_magic.end()), le32(7)}),
-                           {}) == "speaks protocol version 7, this process speaks " +
-                                      std::to_string(protocol_version));
+                           {}) ==
+            "speaks protocol version 7, this process speaks " + std::to_string(protocol_version));
     }
   }
 
