@@ -6,11 +6,16 @@
 #include <cstring>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -419,4 +424,135 @@ TEST_CASE("random rounds from 4 threads: every destination byte is what its sour
 
 TEST_CASE("slow: 10,000 random rounds of 1 B .. 64 MiB per transfer, 1 .. 16 transfers") {
   random_rounds_test(10000, 1 << 20, 64 << 20, 100);
+}
+
+TEST_CASE("work beside a large round goes on, on the rail's connection and at both ends") {
+  const auto key = rig::test::make_key_file("rail-beside");
+  Rigd a(key), b(key);
+  auto job = start(key, {&a, &b});
+  const rig::Device& ha = job.hosts()[0];
+  const rig::Device& hb = job.hosts()[1];
+  const std::size_t n = sanitized ? std::size_t{64} << 20 : std::size_t{512} << 20;
+  rig::Buffer here = rig::Buffer::make(rig::host(), n);
+  rig::Buffer big_a = rig::Buffer::make(ha, n), big_b = rig::Buffer::make(hb, n);
+  rig::Buffer small_here = holding(rig::host(), pattern(64, 7));
+  rig::Buffer small_a = rig::Buffer::make(ha, 64), small_b = rig::Buffer::make(hb, 64);
+  Transfer ab{big_a, 0, big_b, 0, n}, to_a{here, 0, big_a, 0, n};
+  auto between = rig::remote::rail(std::span(&ab, 1));
+  auto from_here = rig::remote::rail(std::span(&to_a, 1));
+  REQUIRE(between.ok());
+  REQUIRE(from_here.ok());
+  SUBCASE("between two agents: work on either that uses other memory does not wait for it") {
+    between->go();
+    rig::copy(small_a, small_here).wait();
+    rig::copy(small_b, small_here).wait();
+    // Each took a round trip; the round's bytes take far longer.
+    CHECK(between->arrived() == 0);
+    between->wait_arrived(1);
+  }
+  SUBCASE("from this process: a submission on the rail's connection passes the round's chunks") {
+    from_here->go();
+    rig::copy(small_a, small_here).wait();
+    CHECK(from_here->arrived() == 0);
+    from_here->wait_arrived(1);
+  }
+  CHECK(contents(small_a) == pattern(64, 7));
+  job.close();
+}
+
+namespace {
+
+// Bytes this process has received and sent on its TCP connections to `ports` (of 127.0.0.1), as
+// the kernel counts them (TCP_INFO): the controller's own view of its links to the agents.
+std::pair<std::uint64_t, std::uint64_t> tcp_bytes_to(const std::vector<int>& ports) {
+  std::uint64_t received = 0, sent = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
+    if (peer.sin_family != AF_INET) continue;
+    const int port = ntohs(peer.sin_port);
+    if (std::find(ports.begin(), ports.end(), port) == ports.end()) continue;
+    tcp_info info{};
+    socklen_t info_len = sizeof info;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &info_len) != 0) continue;
+    received += info.tcpi_bytes_received;
+    sent += info.tcpi_bytes_acked;
+  }
+  return {received, sent};
+}
+
+void pipeline_test(std::uint64_t rounds, std::size_t bytes) {
+  const auto key = rig::test::make_key_file("rail-pipeline-count");
+  Rigd a(key), b(key);
+  auto job = start(key, {&a, &b});
+  const rig::Device& ha = job.hosts()[0];
+  const rig::Device& hb = job.hosts()[1];
+  rig::Buffer send_a = rig::Buffer::make(ha, bytes), recv_a = rig::Buffer::make(ha, bytes);
+  rig::Buffer send_b = rig::Buffer::make(hb, bytes), recv_b = rig::Buffer::make(hb, bytes);
+  rig::Buffer result_a = rig::Buffer::make(ha, 24), result_b = rig::Buffer::make(hb, 24);
+  Transfer ab{send_a, 0, recv_b, 0, bytes}, ba{send_b, 0, recv_a, 0, bytes};
+  auto there = rig::remote::rail(std::span(&ab, 1));
+  auto back = rig::remote::rail(std::span(&ba, 1));
+  REQUIRE(there.ok());
+  REQUIRE(back.ok());
+  const auto program = rig::test::test_kernels();
+  auto image_a = rig::load(ha, program);
+  auto image_b = rig::load(hb, program);
+  REQUIRE(image_a.ok());
+  REQUIRE(image_b.ok());
+  const auto run = [&](const rig::Image& image, const rig::remote::Rail& out,
+                       const rig::remote::Rail& in, const rig::Buffer& send,
+                       const rig::Buffer& recv, std::uint64_t role, const rig::Buffer& result) {
+    return rig::Run{
+        image,
+        "rail_pingpong",
+        rig::Shape{},
+        {rig::Arg::rail(out), rig::Arg::rail(in), rig::Arg::inout(send), rig::Arg::in(recv),
+         rig::Arg::word(rounds), rig::Arg::word(role), rig::Arg::out(result)}};
+  };
+  const std::vector<int> ports = {a.port, b.port};
+  const auto before = tcp_bytes_to(ports);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::uint64_t va =
+      rig::submit(ha, run(*image_a, *there, *back, send_a, recv_a, 0, result_a));
+  const std::uint64_t vb =
+      rig::submit(hb, run(*image_b, *back, *there, send_b, recv_b, 1, result_b));
+  ha.wait(va);
+  hb.wait(vb);
+  there->wait_arrived(rounds);
+  back->wait_arrived(rounds);
+  const double seconds = rig::test::seconds_since(t0);
+  const auto after = tcp_bytes_to(ports);
+  for (const rig::Buffer* r : {&result_a, &result_b}) {
+    const auto got = contents(*r);
+    std::uint64_t words[3];
+    std::memcpy(words, got.data(), sizeof words);
+    CHECK(words[0] == rounds);
+    CHECK(words[1] == 0);
+    CHECK(words[2] == 0);
+  }
+  // Every rail byte went between the agents: what reached this process is the runs' messages,
+  // their answers and the counts, a few dozen bytes per round, against 2 * bytes per round.
+  const std::uint64_t rail_bytes = 2 * rounds * bytes;
+  const std::uint64_t received = after.first - before.first;
+  const std::uint64_t sent = after.second - before.second;
+  MESSAGE(rounds << " rounds of " << bytes << " B each way in " << seconds << " s ("
+                 << seconds / static_cast<double>(rounds) * 1e6 << " us a round trip); "
+                 << rail_bytes << " rail bytes between the agents; this process received "
+                 << received << " B and sent " << sent << " B on its connections");
+  CHECK(received < rail_bytes / 20);
+  CHECK(sent < rail_bytes / 1000);
+  job.close();
+}
+
+}  // namespace
+
+TEST_CASE("a host-code pipeline's bytes never pass through the controller") {
+  pipeline_test(sanitized ? 1000 : 5000, 4096);
+}
+
+TEST_CASE("slow: 100,000 rounds of a host-code pipeline, no rail byte through the controller") {
+  pipeline_test(100000, 4096);
 }

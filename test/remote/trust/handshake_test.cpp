@@ -202,14 +202,15 @@ TEST_SUITE("unit") {
     const auto e = greet_and_prove(d, l);
     REQUIRE(e.greeting.size() == 61);
     CHECK(Octets(e.greeting.begin(), e.greeting.begin() + 13) ==
-          Octets{'r', 'i', 'g', '-', 'j', 'o', 'b', 0, 1, 0, 0, 0, 2});
+          cat({Octets{'r', 'i', 'g', '-', 'j', 'o', 'b', 0}, le32(protocol_version), Octets{2}}));
     CHECK(Octets(e.greeting.begin() + 13, e.greeting.begin() + 29) ==
           Octets(listener_instance.begin(), listener_instance.end()));
 
-    // length, version 1, role 1 (controller), job id, nonce, "controller", "h100-b", MAC
+    // length, the version, role 1 (controller), job id, nonce, "controller", "h100-b", MAC
     const std::size_t body = 4 + 1 + 16 + 32 + 4 + 10 + 4 + 6 + 32;
     REQUIRE(e.proof.size() == 4 + body);
-    CHECK(Octets(e.proof.begin(), e.proof.begin() + 9) == cat({le32(body), le32(1), Octets{1}}));
+    CHECK(Octets(e.proof.begin(), e.proof.begin() + 9) ==
+          cat({le32(body), le32(protocol_version), Octets{1}}));
     CHECK(Octets(e.proof.begin() + 9, e.proof.begin() + 25) == Octets(job.begin(), job.end()));
     CHECK(Octets(e.proof.begin() + 57, e.proof.begin() + 81) ==
           cat({le32(10), bytes_of("controller"), le32(6), bytes_of("h100-b")}));
@@ -376,7 +377,7 @@ TEST_SUITE("unit") {
       CHECK(d.why() == "holds another key");
     }
     SUBCASE("a dialer's proof made with the listener's label") {
-      const Octets fields = proof_fields(1, 1, job, "controller", "h100-b");
+      const Octets fields = proof_fields(protocol_version, 1, job, "controller", "h100-b");
       auto control = listener();
       const Octets greeting = control.take_output();
       control.feed(signed_proof(the_key(), Direction::dialer, greeting, fields));
@@ -435,21 +436,30 @@ TEST_SUITE("unit") {
          "malformed handshake: proof: name length 2000 over the maximum 1024"},
         {proof_with_body(cat({le32(1), Octets{1}, Octets(48, 0), le32(20), Octets(5, 'x')})),
          "malformed handshake: proof: name length 20 past the end of a 62-byte body"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "controller", "h100-b"), Octets(31, 0)})),
+        {proof_with_body(
+             cat({proof_fields(protocol_version, 1, job, "controller", "h100-b"), Octets(31, 0)})),
          "malformed handshake: proof: MAC (32 bytes at offset 77) past the end of a 108-byte body"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "controller", "h100-b"), Octets(34, 0)})),
+        {proof_with_body(
+             cat({proof_fields(protocol_version, 1, job, "controller", "h100-b"), Octets(34, 0)})),
          "malformed handshake: proof: 2 trailing bytes"},
-        {proof_with_body(cat({proof_fields(2, 1, job, "controller", "h100-b"), Octets(32, 0)})),
-         "malformed handshake: proof: version 2, but the greeting offered 1"},
-        {proof_with_body(cat({proof_fields(1, 7, job, "controller", "h100-b"), Octets(32, 0)})),
+        {proof_with_body(cat(
+             {proof_fields(protocol_version + 1, 1, job, "controller", "h100-b"), Octets(32, 0)})),
+         "malformed handshake: proof: version " + std::to_string(protocol_version + 1) +
+             ", but the greeting offered " + std::to_string(protocol_version)},
+        {proof_with_body(
+             cat({proof_fields(protocol_version, 7, job, "controller", "h100-b"), Octets(32, 0)})),
          "malformed handshake: proof: role 7 unknown"},
-        {proof_with_body(cat({proof_fields(1, 0, job, "controller", "h100-b"), Octets(32, 0)})),
+        {proof_with_body(
+             cat({proof_fields(protocol_version, 0, job, "controller", "h100-b"), Octets(32, 0)})),
          "malformed handshake: proof: role 0 unknown"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "", "h100-b"), Octets(32, 0)})),
+        {proof_with_body(
+             cat({proof_fields(protocol_version, 1, job, "", "h100-b"), Octets(32, 0)})),
          "malformed handshake: proof: name is empty"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "controller", ""), Octets(32, 0)})),
+        {proof_with_body(
+             cat({proof_fields(protocol_version, 1, job, "controller", ""), Octets(32, 0)})),
          "malformed handshake: proof: listener name is empty"},
-        {proof_with_body(cat({proof_fields(1, 1, job, "c", name(1025)), Octets(32, 0)})),
+        {proof_with_body(
+             cat({proof_fields(protocol_version, 1, job, "c", name(1025)), Octets(32, 0)})),
          "malformed handshake: proof: listener name length 1025 over the maximum 1024"},
     };
     for (const auto& c : cases) {
@@ -459,8 +469,8 @@ TEST_SUITE("unit") {
       CHECK(a.reply == refused_malformed);
     }
     // The largest proof the limits allow is read in full, and then judged on its MAC.
-    const Octets biggest =
-        proof_with_body(cat({proof_fields(1, 1, job, name(1024), name(1024)), Octets(32, 0)}));
+    const Octets biggest = proof_with_body(
+        cat({proof_fields(protocol_version, 1, job, name(1024), name(1024)), Octets(32, 0)}));
     REQUIRE(biggest.size() == 4 + proof_body_bytes_max);
     CHECK(answer(biggest).why == "holds another key");
 
@@ -475,9 +485,9 @@ TEST_SUITE("unit") {
     const Octets greeting = l.take_output();
     CHECK(dialer_refusal(bytes_of("SSH-2.0-OpenSSH_9.2p1\r\n"), {}) ==
           "does not speak rig's protocol (its first bytes are not a rig greeting)");
-    CHECK(dialer_refusal(greeting_with(1, 1, listener_instance), {}) ==
+    CHECK(dialer_refusal(greeting_with(protocol_version, 1, listener_instance), {}) ==
           "malformed handshake: greeting: from a controller, and only agents listen");
-    CHECK(dialer_refusal(greeting_with(1, 9, listener_instance), {}) ==
+    CHECK(dialer_refusal(greeting_with(protocol_version, 9, listener_instance), {}) ==
           "malformed handshake: greeting: role 9 unknown");
     CHECK(dialer_refusal(greeting, le32(34)) ==
           "malformed handshake: reply length 34 over the maximum 33");
