@@ -265,7 +265,7 @@ TEST_CASE("host code on two agents drives a pipeline over two rails with no cont
   job.close();
 }
 
-TEST_CASE("kill -9 of the destination mid-round fails the job; every count is raised") {
+TEST_CASE("kill -9 of the destination mid-round fails the job; every count, every waiter") {
   rig::test::ScaledTiming scaled;
   const auto key = rig::test::make_key_file("rail-kill");
   Rigd a(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
@@ -273,8 +273,9 @@ TEST_CASE("kill -9 of the destination mid-round fails the job; every count is ra
   auto job = start(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
-  const std::size_t n = std::size_t{64} << 20;
-  rig::Buffer src = rig::Buffer::make(ha, n), dst = rig::Buffer::make(hb, n);
+  // The round moves from here to B while B is killed; A's host code waits on a rail from B.
+  const std::size_t n = std::size_t{256} << 20;
+  rig::Buffer src = rig::Buffer::make(rig::host(), n), dst = rig::Buffer::make(hb, n);
   Transfer t{src, 0, dst, 0, n};
   auto rail = rig::remote::rail(std::span(&t, 1));
   REQUIRE(rail.ok());
@@ -289,8 +290,16 @@ TEST_CASE("kill -9 of the destination mid-round fails the job; every count is ra
       }
     });
   }
+  // Host code on the agent that survives waits on a rail whose destination it is.
+  rig::Buffer back_src = rig::Buffer::make(hb, 8), back_dst = rig::Buffer::make(ha, 8);
+  Transfer bt{back_src, 0, back_dst, 0, 8};
+  auto back = rig::remote::rail(std::span(&bt, 1));
+  REQUIRE(back.ok());
+  auto image = rig::load(ha, rig::test::test_kernels());
+  REQUIRE(image.ok());
+  rig::submit(ha, rig::Run{*image, "rail_wait_raised", rig::Shape{}, {rig::Arg::rail(*back)}});
+  REQUIRE(a.p->err_until("rail_wait_raised: waiting", 5000).has_value());
   const pid_t victim = b.job_pid(1);
-  rail->go();
   rail->go();
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(kill(victim, SIGKILL) == 0);
@@ -306,6 +315,12 @@ TEST_CASE("kill -9 of the destination mid-round fails the job; every count is ra
   CHECK(rail->arrived() == rig::remote::rail_raised);
   CHECK_THROWS_AS(rail->go(), rig::Lost);
   CHECK_THROWS_AS(rail->wait_sent(1), rig::Lost);
+  // The host code woke, saw both counts raised, and could start no round.
+  const auto line = a.p->err_until("rail_wait_raised: ", 5000);
+  REQUIRE(line.has_value());
+  CHECK(
+      line->find("rail_wait_raised: arrived 18446744073709551615 sent 18446744073709551615 go 0") !=
+      std::string::npos);
   job.close();
 }
 
@@ -555,4 +570,49 @@ TEST_CASE("a host-code pipeline's bytes never pass through the controller") {
 
 TEST_CASE("slow: 100,000 rounds of a host-code pipeline, no rail byte through the controller") {
   pipeline_test(100000, 4096);
+}
+
+TEST_CASE("go() blocks while 64 MiB of the rail's rounds have not arrived") {
+  const auto key = rig::test::make_key_file("rail-flow");
+  Rigd a(key), b(key);
+  auto job = start(key, {&a, &b});
+  const std::size_t n = std::size_t{1} << 20;
+  rig::Buffer src = rig::Buffer::make(job.hosts()[0], n),
+              dst = rig::Buffer::make(job.hosts()[1], n);
+  Transfer t{src, 0, dst, 0, n};
+  auto rail = rig::remote::rail(std::span(&t, 1));
+  REQUIRE(rail.ok());
+  std::uint64_t most = 0;
+  for (int i = 0; i < 300; ++i) {
+    const std::uint64_t round = rail->go();
+    most = std::max(most, round - rail->arrived());
+  }
+  MESSAGE("at most " << most << " rounds of 1 MiB not yet arrived after a go()");
+  // 64 MiB in flight before a go() that returns, and its own round.
+  CHECK(most <= 65);
+  rail->wait_arrived(300);
+  job.close();
+}
+
+TEST_CASE("record() gives a host's machine, address and rail maker, a proxy's device id only") {
+  const auto key = rig::test::make_key_file("rail-record");
+  Rigd a(key);
+  auto job = start(key, {&a});
+  const auto host = rig::remote::record(job.hosts()[0]);
+  REQUIRE(host.has_value());
+  CHECK(host->of == rig::remote::Record::Of::host);
+  CHECK(host->machine == a.name());
+  CHECK(host->address == a.name());
+  CHECK(host->device == 0);
+  CHECK((host->make_rail == &rig::remote::rail));
+  auto sims = rig::remote::devices(job.hosts()[0], "SIM");
+  REQUIRE(sims.ok());
+  const auto proxy = rig::remote::record(sims->at(1));
+  REQUIRE(proxy.has_value());
+  CHECK(proxy->of == rig::remote::Record::Of::device);
+  CHECK(proxy->machine == a.name());
+  CHECK(proxy->device != 0);
+  CHECK((proxy->make_rail == nullptr));
+  CHECK(!rig::remote::record(rig::host()).has_value());
+  job.close();
 }

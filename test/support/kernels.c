@@ -2,6 +2,8 @@
  * Built as a plain shared object and wrapped into a rig.program by the tests themselves, so the
  * core's tests do not depend on `rig pack`. */
 #include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include "rig/kernel.h"
 
@@ -88,10 +90,18 @@ RIG_ENTRY rail_pingpong(const rig_launch* l) {
   }
 }
 
-/* args: rail (rig_rail*), result (u64[1]). Waits for the rail's arrived count to be raised: the
- * host code of a surviving agent, woken by a failed job. result[0] = the count it saw. */
+/* args: rail (rig_rail*). Waits for the rail's arrived count to reach RIG_RAIL_RAISED, as host
+ * code of a surviving agent does once its job has failed, then says so on the agent's stderr
+ * (where the test reads it): "rail_wait_raised: arrived N sent M go G". */
 RIG_ENTRY rail_wait_raised(const rig_launch* l) {
   rig_rail* r = (rig_rail*)(uintptr_t)l->args[0];
-  uint64_t* result = (uint64_t*)(uintptr_t)l->args[1];
-  result[0] = rig_rail_wait_arrived(r, RIG_RAIL_RAISED);
+  static const char waiting[] = "rail_wait_raised: waiting\n";
+  (void)!write(2, waiting, sizeof waiting - 1);
+  const uint64_t arrived = rig_rail_wait_arrived(r, RIG_RAIL_RAISED);
+  const uint64_t sent = rig_rail_sent(r);
+  const uint64_t go = rig_rail_go(r);
+  char line[128];
+  int n = snprintf(line, sizeof line, "rail_wait_raised: arrived %llu sent %llu go %llu\n",
+                   (unsigned long long)arrived, (unsigned long long)sent, (unsigned long long)go);
+  if (n > 0) (void)!write(2, line, (size_t)n);
 }

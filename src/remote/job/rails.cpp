@@ -253,6 +253,8 @@ void Rails::on_data(Connection& from, std::size_t bytes, const std::uint8_t* at)
 }
 
 void Rails::on_count(Connection& from, const RailCount& m) {
+  // The destination's count for the last round may cross the RAIL_END this source passed on.
+  if (find(m.rail) == nullptr && passed_on_.count(m.rail) != 0) return;
   HeldRail* rail = held_on(from, m.rail, "RAIL_COUNT", true);
   if (rail == nullptr) return;
   if (m.which != RailCount::arrived || m.value > rail->started) {
@@ -278,6 +280,7 @@ void Rails::on_end(Connection& from, const RailEnd& m) {
 }
 
 void Rails::drop(std::uint32_t id) {
+  if (auto it = held_.find(id); it != held_.end() && it->second->source) passed_on_.insert(id);
   held_.erase(id);
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -144,6 +145,7 @@ class Rails {
 
   Events events_;
   std::map<std::uint32_t, std::shared_ptr<HeldRail>> held_;
+  std::set<std::uint32_t> passed_on_;  // rails this source has ended (a few bytes each)
   std::map<Connection*, Outgoing> outgoing_;
   std::map<Connection*, Incoming> incoming_;
   bool raised_ = false;
