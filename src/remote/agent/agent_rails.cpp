@@ -206,6 +206,10 @@ void AgentRails::expect(const RailExpect& m) {
 
 void AgentRails::end(const RailEnd& m) {
   if (shut_) return;
+  // The controller as the source passes RAIL_END on the link, after the last round's bytes.
+  if (HeldRail* r = rails_.find(m.rail); r != nullptr && !r->source && r->link == controller_) {
+    return rails_.on_end(*controller_, m);
+  }
   HeldRail* rail = held(m.rail, "RAIL_END", true);
   if (rail == nullptr) return;
   rails_.end(*rail);

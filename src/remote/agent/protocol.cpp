@@ -275,7 +275,11 @@ void AgentProtocol::on_bulk_placed(Connection& c, std::uint8_t type, std::size_t
 
 void AgentProtocol::from_controller(Message&& m) {
   if (auto* join = std::get_if<Join>(&m)) return on_join(*join);
-  if (Rails::handles(m) && ready_sent_) return work_.rails().message(*controller_, m);
+  // The controller's RAIL_END is the work's, in order (AgentRails::end), also where it comes on
+  // the link of a rail whose source the controller is.
+  if (Rails::handles(m) && !std::holds_alternative<RailEnd>(m) && ready_sent_) {
+    return work_.rails().message(*controller_, m);
+  }
   if (AgentWork::handles(m)) {
     if (!ready_sent_) {
       return fail("controller: malformed message: " +
