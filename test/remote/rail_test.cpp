@@ -160,6 +160,41 @@ TEST_CASE("a rail runs from this process's host to an agent's and back, with sev
   job.close();
 }
 
+TEST_CASE("a rail's last handle dropped while its job is open lets its ends go; the job goes on") {
+  const auto key = rig::test::make_key_file("rail-drop");
+  Rigd a(key), b(key);
+  auto job = start(key, {&a, &b});
+  const rig::Device& ha = job.hosts()[0];
+  const rig::Device& hb = job.hosts()[1];
+  rig::Buffer on_a = holding(ha, pattern(4096, 7));
+  rig::Buffer on_b = holding(hb, std::vector<std::uint8_t>(4096, 0));
+  rig::Buffer here = holding(rig::host(), std::vector<std::uint8_t>(4096, 0));
+  // Between two agents, from an agent to this process, and from this process to an agent: the
+  // controller's RAIL_END goes to the source, in order, which passes it on after its last round.
+  const std::vector<Transfer> rails = {
+      {on_a, 0, on_b, 0, 4096}, {on_b, 0, here, 0, 4096}, {here, 0, on_a, 0, 4096}};
+  for (const Transfer& t : rails) {
+    {
+      auto r = rig::remote::rail(std::span(&t, 1));
+      REQUIRE(r.ok());
+      CHECK(r->go() == 1);
+      r->wait_arrived(1);
+    }
+    // The work sent after the drop is applied after the RAIL_END: a round trip to each machine.
+    for (const rig::Device* h : {&ha, &hb}) {
+      CHECK_NOTHROW(h->wait(rig::submit(*h, std::span<const rig::Part>{})));
+    }
+    CHECK(!job.failed());
+  }
+  // The ends hold the rails no more, and new ones work.
+  auto again = rig::remote::rail(std::span(&rails[0], 1));
+  REQUIRE(again.ok());
+  CHECK(again->go() == 1);
+  again->wait_arrived(1);
+  CHECK(contents(on_b) == pattern(4096, 7));
+  job.close();
+}
+
 TEST_CASE("rail() refuses what cannot be a rail, with the reason, and sends nothing") {
   const auto key = rig::test::make_key_file("rail-refusals");
   Rigd a(key), b(key);
