@@ -244,6 +244,7 @@ TEST_CASE("rail() refuses what cannot be a rail, with the reason, and sends noth
   CHECK(!job.failed());
   job.close();
   CHECK(refused({{a1, 0, b1, 0, 10}}) == "Error: the job has closed");
+  CHECK_THROWS_WITH_AS(r->go(), "rig: go() of rail 1: the job has closed", std::invalid_argument);
 }
 
 TEST_CASE("host code on two agents drives a pipeline over two rails with no controller message") {

@@ -224,6 +224,12 @@ void AgentRails::go(const RailGo& m) {
   if (rail == nullptr) return;
   std::uint64_t expected = m.round - 1;
   if (!rail->numbered.compare_exchange_strong(expected, m.round, std::memory_order_acq_rel)) {
+    // Rounds numbered here beyond those the loop started came from host code.
+    if (expected == rail->started) {
+      return fail_("controller: malformed message: RAIL_GO of round " + std::to_string(m.round) +
+                   " of rail " + std::to_string(m.rail) + " where round " +
+                   std::to_string(expected + 1) + " was due");
+    }
     return fail_("RAIL_GO of round " + std::to_string(m.round) + " of rail " +
                  std::to_string(m.rail) + ", where host code has numbered " +
                  std::to_string(expected) + " rounds: a rail given to host code is driven there");

@@ -171,10 +171,11 @@ std::uint64_t Rail::go() {
                                 ": the rail was given to host code (Arg::rail), where its rounds "
                                 "start from now on");
   }
-  auto l = c.link.lock();
-  if (!l)
+  const auto job = c.job.lock();
+  if (!job || job->closed.load() || job->close_sent.load()) {
     throw std::invalid_argument("rig: go() of rail " + std::to_string(c.id) +
                                 ": the job has closed");
+  }
   return rig::submit(Device(c.device), std::span<const Part>(c.parts));
 }
 
@@ -289,6 +290,7 @@ Result<Rail> rail(std::span<const Transfer> transfers) {
   core->counts = std::make_shared<RailCounts>(std::move(*counts));
   core->link = std::shared_ptr<JobLink>(job, job->link.get());
   core->outcome = job->outcome;
+  core->job = job;
   core->device = std::make_shared<rig::detail::DeviceCore>(rig::detail::DeviceInfo{
       Kind::cpu,
       "rail " + std::to_string(core->id) + " from " + core->from.name() + " to " + core->to.name(),

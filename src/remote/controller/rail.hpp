@@ -20,6 +20,8 @@
 
 namespace rig::remote {
 
+struct JobState;
+
 // The driver of a rail's device: a submission to it is one controller round, its copies the
 // rail's transfers. Owner: the rail's device. Threads: any (go's), as a proxy's driver.
 class RailDriver final : public rig::detail::Driver, public OrderedByAgent {
@@ -86,6 +88,7 @@ struct RailCore final : RailObject {
   std::shared_ptr<RailCounts> counts;
   std::shared_ptr<rig::detail::DeviceCore> device;
   std::weak_ptr<JobLink> link;
+  std::weak_ptr<JobState> job;  // for its close
   std::shared_ptr<JobOutcome> outcome;
   // Set once a run has been given the rail: its rounds start where host code runs from then on.
   mutable std::atomic<bool> in_host_code{false};
