@@ -652,3 +652,32 @@ TEST_CASE("record() gives a host's machine, address and rail maker, a proxy's de
   CHECK(!rig::remote::record(rig::host()).has_value());
   job.close();
 }
+
+TEST_CASE(
+    "several rounds in flight, of many chunks and of one, arrive from either kind of source") {
+  const auto key = rig::test::make_key_file("rail-in-flight");
+  Rigd a(key), b(key);
+  auto job = start(key, {&a, &b});
+  for (const std::size_t n : {std::size_t{16} << 20, std::size_t{64}}) {
+    for (const bool from_here : {true, false}) {
+      CAPTURE(n);
+      CAPTURE(from_here);
+      const rig::Device& from = from_here ? rig::host() : job.hosts()[0];
+      rig::Buffer src = rig::Buffer::make(from, n), dst = rig::Buffer::make(job.hosts()[1], n);
+      Transfer t{src, 0, dst, 0, n};
+      auto rail = rig::remote::rail(std::span(&t, 1));
+      REQUIRE(rail.ok());
+      const std::uint64_t rounds = n > 1024 ? 4 : 200;
+      for (std::uint64_t r = 1; r <= rounds; ++r) CHECK(rail->go() == r);
+      // A stall here is a bug to see, not a test that hangs.
+      const auto t0 = std::chrono::steady_clock::now();
+      while (rail->arrived() < rounds && rig::test::seconds_since(t0) < 20) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      CHECK(rail->arrived() == rounds);
+      rail->wait_arrived(rounds);
+    }
+  }
+  CHECK(!job.failed());
+  job.close();
+}

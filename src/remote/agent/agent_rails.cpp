@@ -101,37 +101,46 @@ void AgentRails::shut() noexcept {
   rails_.each([this](HeldRail& rail) { forget_record(rail); });
 }
 
-bool AgentRails::uses(const Message& m, std::uint32_t id) const {
-  const auto it = memory_of_.find(id);
+bool AgentRails::conflicts(const Message& m, const UnderWay& u) const {
+  const auto it = memory_of_.find(u.rail);
   if (it == memory_of_.end()) return false;
   const auto& ids = it->second;
   const auto mine = [&](std::uint64_t memory) {
     return memory != 0 && std::find(ids.begin(), ids.end(), memory) != ids.end();
   };
+  // A round being sent only reads its sources: what waits for it is what writes them. A round
+  // arriving writes its destinations: everything that uses them waits.
+  const bool writes_only = !u.arrived;
   if (const auto* s = std::get_if<Submit>(&m)) {
     for (const WirePart& p : s->parts) {
-      if (mine(p.dst) || mine(p.src)) return true;
+      if (mine(p.dst) || (!writes_only && mine(p.src))) return true;
       for (const WireArg& a : p.args) {
-        if (a.access == WireArg::rail ? a.memory == id : mine(a.memory)) return true;
+        // Host code given the rail may drive it: it waits for the controller's rounds.
+        if (a.access == WireArg::rail) {
+          if (a.memory == u.rail) return true;
+          continue;
+        }
+        const bool writes = a.access != static_cast<std::uint8_t>(Access::read);
+        if (mine(a.memory) && (writes || !writes_only)) return true;
       }
     }
     return false;
   }
-  // A round of another rail over the same memory, or the next of this one.
-  const auto same = [&](std::uint32_t other) {
-    if (other == id) return true;
+  // Another rail's round over the same memory: a later round of this rail is ordered by its link
+  // already (its bytes follow this round's), and two rounds that only read do not conflict.
+  const auto overlaps = [&](std::uint32_t other) {
+    if (other == u.rail) return false;
     const auto o = memory_of_.find(other);
-    if (o == memory_of_.end()) return false;
-    return std::any_of(o->second.begin(), o->second.end(), mine);
+    return o != memory_of_.end() && std::any_of(o->second.begin(), o->second.end(), mine);
   };
-  if (const auto* g = std::get_if<RailGo>(&m)) return same(g->rail);
-  if (const auto* e = std::get_if<RailExpect>(&m)) return same(e->rail);
+  if (const auto* g = std::get_if<RailGo>(&m)) return !writes_only && overlaps(g->rail);
+  if (const auto* e = std::get_if<RailExpect>(&m)) return overlaps(e->rail);
   return false;
 }
 
 bool AgentRails::holds(const Message& m) const {
   for (const UnderWay& u : under_way_) {
-    if (uses(m, u.rail)) return true;
+    if (conflicts(m, u)) return true;
   }
   return false;
 }

@@ -78,8 +78,9 @@ class AgentRails {
     std::uint64_t round;
     bool arrived;  // else sent
   };
-  // Whether `m` uses any of rail `id`'s memory on this machine.
-  bool uses(const Message& m, std::uint32_t id) const;
+  // Whether `m` must follow round `u`: it writes memory the round reads, or uses memory the round
+  // writes.
+  bool conflicts(const Message& m, const UnderWay& u) const;
   HeldRail* held(std::uint32_t id, std::string_view message, bool source);
   void moved(HeldRail& rail, std::uint64_t round, bool arrived);
   void forget_record(HeldRail& rail) noexcept;

@@ -134,9 +134,6 @@ class Connection final : private TransportEvents {
   std::string peer_address() const;
   // Bytes queued to send and not yet handed to the kernel.
   std::size_t backlog_bytes() const noexcept;
-  // Whether a write waits in the transport for the kernel to take it (the connection "is
-  // sending"): a rail hands over its next chunk only once it does not.
-  bool writing() const noexcept { return !writes_.empty(); }
   // Called with true when a write could not go to the kernel whole and waits in the transport,
   // and with false once that queue is empty again: while true, the connection "is sending".
   void set_sending_watch(std::function<void(bool sending)> watch) {

@@ -100,9 +100,10 @@ void Rails::pump(Connection* link) {
   if (o.pumping) return;
   o.pumping = true;
   // One chunk at a time is handed to the connection, the next once the kernel has taken it: a
-  // message sent meanwhile waits behind at most one chunk.
+  // message sent meanwhile waits behind at most one chunk. (The connection's other writes do not
+  // hold the next chunk: only this one's completion restarts the pump.)
   while (!raised_ && !o.items.empty() && link->state() == Connection::State::open &&
-         !link->writing()) {
+         !o.chunk_queued) {
     const Outgoing::Item item = o.items.front();
     HeldRail& rail = *item.rail;
     if (item.round == 0) {
@@ -135,6 +136,7 @@ void Rails::pump(Connection* link) {
       o.items.pop_front();
       o.part = 0;
     }
+    o.chunk_queued = true;
     link->send_pieces(std::move(owned), pieces,
                       [self = self_, link, rail = item.rail, round = item.round, last] {
                         if (*self != nullptr) (*self)->chunk_written(link, rail, round, last);
@@ -145,6 +147,7 @@ void Rails::pump(Connection* link) {
 
 void Rails::chunk_written(Connection* link, std::shared_ptr<HeldRail> rail, std::uint64_t round,
                           bool last) {
+  if (auto it = outgoing_.find(link); it != outgoing_.end()) it->second.chunk_queued = false;
   if (raised_) return;
   if (last) {
     rail->counts->sent().publish(round);

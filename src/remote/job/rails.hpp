@@ -25,7 +25,7 @@ namespace rig::remote {
 
 // One rail as this process holds it. Owner: its process's Rails (shared with the writes that
 // still send from its memory). Threads: the loop, but for the counts (any thread reads them) and
-// `host_started` (host code's rig_rail_go).
+// `numbered` (host code's rig_rail_go).
 struct HeldRail {
   std::uint32_t id = 0;
   bool source = false;                      // else this end is the destination
@@ -35,8 +35,7 @@ struct HeldRail {
   std::shared_ptr<RailCounts> counts;  // shared with the controller's handle, on the controller
 
   // Source: rounds the loop has started (queued to send), the highest round the destination said
-  // RAIL_READY for, the rounds waiting for that, and the rounds host code started that the loop
-  // has yet to start.
+  // RAIL_READY for, and the rounds waiting for that.
   std::uint64_t started = 0;
   std::uint64_t ready = 0;
   std::deque<std::uint64_t> waiting_ready;
@@ -92,8 +91,8 @@ class Rails {
   // Destination of a round the controller starts: says RAIL_READY to the source.
   void say_ready(HeldRail& rail, std::uint64_t round);
 
-  // What arrives on a link; a malformed one fails the job. (RAIL_COUNT is the role's: the
-  // controller keeps the counts of every rail of its job, an end or not.)
+  // What arrives on a link; a malformed one fails the job. (On the controller RAIL_COUNT is the
+  // protocol's: it keeps the counts of every rail of its job, an end or not.)
   void on_ready(Connection& from, const RailReady& m);
   void on_chunk(Connection& from, const RailChunk& m);
   // An agent source's: the destination's arrived count.
@@ -126,6 +125,7 @@ class Rails {
     std::uint32_t part = 0;
     std::uint64_t offset = 0;
     bool pumping = false;
+    bool chunk_queued = false;  // a chunk's write has not yet been taken by the kernel
   };
   // A RAIL_CHUNK whose RAIL_DATA is next on its link.
   struct Incoming {
