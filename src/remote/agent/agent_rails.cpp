@@ -52,8 +52,7 @@ std::uint64_t rail_go(rig_rail* r) noexcept {
   if (r->is_source == 0) return 0;
   h->busy.fetch_add(1, std::memory_order_seq_cst);
   std::uint64_t round = 0;
-  if (h->live.load(std::memory_order_seq_cst) != 0 &&
-      rig_rail_sent(r) != RIG_RAIL_RAISED) {
+  if (h->live.load(std::memory_order_seq_cst) != 0 && rig_rail_sent(r) != RIG_RAIL_RAISED) {
     void* at = nullptr;
     try {
       at = rig::detail::pool_allocate(sizeof(HostGo));
@@ -83,11 +82,11 @@ AgentRails::AgentRails(Reactor& reactor, Fail fail, std::function<void()> resume
     : reactor_(reactor),
       fail_(std::move(fail)),
       resume_(std::move(resume)),
-      rails_(Rails::Events{
-          [this](HeldRail& rail, std::uint64_t round) { moved(rail, round, false); },
-          [this](HeldRail& rail, std::uint64_t round) { moved(rail, round, true); },
-          [this](HeldRail& rail) { forget_record(rail); },
-          [this](const std::string& cause) { fail_(cause); }}) {}
+      rails_(
+          Rails::Events{[this](HeldRail& rail, std::uint64_t round) { moved(rail, round, false); },
+                        [this](HeldRail& rail, std::uint64_t round) { moved(rail, round, true); },
+                        [this](HeldRail& rail) { forget_record(rail); },
+                        [this](const std::string& cause) { fail_(cause); }}) {}
 
 AgentRails::~AgentRails() {
   shut();
@@ -112,7 +111,12 @@ void AgentRails::forget_record(HeldRail& rail) noexcept {
 
 HeldRail* AgentRails::held(std::uint32_t id, std::string_view message, bool source) {
   HeldRail* rail = rails_.find(id);
-  if (rail == nullptr || rail->source != source) {
+  if (rail == nullptr) {
+    fail_(std::string(message) + " names rail " + std::to_string(id) +
+          ", which the job does not hold on this machine");
+    return nullptr;
+  }
+  if (rail->source != source) {
     fail_("controller: malformed message: " + std::string(message) + " names rail " +
           std::to_string(id) + ", of which this machine is not the " +
           (source ? "source" : "destination"));
@@ -185,6 +189,9 @@ void AgentRails::go(const RailGo& m) {
   if (rail == nullptr) return;
   std::uint64_t expected = m.round - 1;
   if (!rail->numbered.compare_exchange_strong(expected, m.round, std::memory_order_acq_rel)) {
+    // No round numbered by host code waits: the controller's round is out of its turn, which
+    // Rails names.
+    if (expected == rail->started) return rails_.go(*rail, m.round, false, "controller");
     return fail_("RAIL_GO of round " + std::to_string(m.round) + " of rail " +
                  std::to_string(m.rail) + ", where host code has numbered " +
                  std::to_string(expected) + " rounds: a rail given to host code is driven there");

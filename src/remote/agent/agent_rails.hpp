@@ -49,6 +49,14 @@ class AgentRails {
   // The word a run receives for rail `id` (the address of its rig_rail), if this machine holds it.
   std::optional<std::uint64_t> record_word(std::uint64_t id) const;
 
+  // Whether `m`, from the controller, is its RAIL_END of a rail this machine is the source of:
+  // work applied in order (end()), not the end of a controller source's rounds on the link.
+  bool is_ordered_end(const Message& m) {
+    const auto* e = std::get_if<RailEnd>(&m);
+    const HeldRail* rail = e == nullptr ? nullptr : rails_.find(e->rail);
+    return rail != nullptr && rail->source;
+  }
+
   // What arrives for rails on any of the job's connections.
   void message(Connection& c, const Message& m) { rails_.on_message(c, m); }
   std::span<std::uint8_t> sink(Connection& c, std::size_t bytes) { return rails_.sink(c, bytes); }

@@ -275,7 +275,9 @@ void AgentProtocol::on_bulk_placed(Connection& c, std::uint8_t type, std::size_t
 
 void AgentProtocol::from_controller(Message&& m) {
   if (auto* join = std::get_if<Join>(&m)) return on_join(*join);
-  if (Rails::handles(m) && ready_sent_) return work_.rails().message(*controller_, m);
+  if (Rails::handles(m) && ready_sent_ && !work_.rails().is_ordered_end(m)) {
+    return work_.rails().message(*controller_, m);
+  }
   if (AgentWork::handles(m)) {
     if (!ready_sent_) {
       return fail("controller: malformed message: " +

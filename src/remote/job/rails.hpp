@@ -27,8 +27,8 @@ namespace rig::remote {
 // `host_started` (host code's rig_rail_go).
 struct HeldRail {
   std::uint32_t id = 0;
-  bool source = false;        // else this end is the destination
-  Connection* link = nullptr;  // to the other end
+  bool source = false;                      // else this end is the destination
+  Connection* link = nullptr;               // to the other end
   std::vector<std::span<std::byte>> parts;  // this end's memory of each transfer
   std::shared_ptr<const void> keep;         // holds that memory
   std::shared_ptr<RailCounts> counts;  // shared with the controller's handle, on the controller
@@ -45,7 +45,6 @@ struct HeldRail {
   // Destination: the next bytes due (of round arrived + 1).
   std::uint32_t due_part = 0;
   std::uint64_t due_offset = 0;
-
 };
 
 // Owner: the role's protocol (or the agent's work). Threads: the loop. Lifetime: the job's; its
@@ -126,6 +125,10 @@ class Rails {
     std::uint32_t part = 0;
     std::uint64_t offset = 0;
     bool pumping = false;
+    // A chunk handed to the connection that the kernel has not taken yet. The next waits for
+    // this, not for the connection's other writes: a message queued behind the chunk completes
+    // with no call back here, so waiting for it too would stop the rail for good.
+    bool in_flight = false;
   };
   // A RAIL_CHUNK whose RAIL_DATA is next on its link.
   struct Incoming {
