@@ -11,10 +11,13 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <stdexcept>
@@ -680,4 +683,180 @@ TEST_CASE(
   }
   CHECK(!job.failed());
   job.close();
+}
+
+namespace {
+
+// What rigd `a` logged as the root cause of its job `n` ("failed WHY": WHY), or the line itself.
+std::string agent_cause(Rigd& a, int n) {
+  const auto line = a.job_end(n);
+  if (!line) return "(no end)";
+  const std::string failed = "job " + std::to_string(n) + ": failed ";
+  const auto at = line->find(failed);
+  return at == std::string::npos ? *line : line->substr(at + failed.size());
+}
+
+}  // namespace
+
+TEST_CASE("SIGSTOP of the destination mid-round: every process's cause is its silence") {
+  rig::test::ScaledTiming scaled;  // 1 s of silence instead of 10 s
+  const auto key = rig::test::make_key_file("rail-stop");
+  Rigd a(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
+  Rigd b(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
+  auto job = start(key, {&a, &b});
+  const rig::Device& ha = job.hosts()[0];
+  const rig::Device& hb = job.hosts()[1];
+  const std::size_t n = std::size_t{64} << 20;
+  rig::Buffer src = rig::Buffer::make(ha, n), dst = rig::Buffer::make(hb, n);
+  Transfer t{src, 0, dst, 0, n};
+  auto rail = rig::remote::rail(std::span(&t, 1));
+  REQUIRE(rail.ok());
+  std::atomic<int> woke{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 4; ++i) {
+    waiters.emplace_back([&, i] {
+      try {
+        if (i % 2 == 0)
+          rail->wait_arrived(1000);
+        else
+          rail->wait_sent(1000);
+      } catch (const rig::Lost&) {
+        ++woke;
+      }
+    });
+  }
+  const pid_t stopped = b.job_pid(1);
+  rail->go();
+  rail->go();
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(kill(stopped, SIGSTOP) == 0);
+  const auto cause = rig::test::wait_for_failure(job, t0, 5.0 * rig::test::sanitizer_slowdown);
+  const double detected = rig::test::seconds_since(t0);
+  // B stays stopped for a pause it can tell (paused_ms_min, 1 s, is not scaled): resumed, it reads
+  // the aborts that came meanwhile before it judges anyone's silence (docs/failure.md).
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(1250));
+  kill(stopped, SIGCONT);
+  REQUIRE(cause.has_value());
+  // B's silence, found here or by A, which aborts with it: both end 1 s after B's last byte.
+  const std::string silence = b.name() + ": sent nothing for 1 s";
+  const bool controller_ok = *cause == silence || *cause == a.name() + " aborted: " + silence;
+  CHECK_MESSAGE(controller_ok, *cause);
+  MESSAGE("SIGSTOP of the destination: the controller's cause '" << *cause << "' after " << detected
+                                                                 << " s");
+  CHECK(detected >= 0.9);
+  CHECK(detected < 1.0 + 0.3 * rig::test::sanitizer_slowdown);
+  for (auto& w : waiters) w.join();
+  CHECK(woke == 4);
+  CHECK(rail->sent() == rig::remote::rail_raised);
+  CHECK(rail->arrived() == rig::remote::rail_raised);
+  CHECK_THROWS_AS(rail->go(), rig::Lost);
+  CHECK_THROWS_AS(rail->wait_arrived(1), rig::Lost);
+  job.close();
+  // A, the source, found B silent itself or heard the controller's abort; B, resumed, reads the
+  // aborts that came while it was stopped before it judges anyone's silence.
+  const std::string cause_a = agent_cause(a, 1);
+  CHECK_MESSAGE((cause_a == silence || cause_a == "controller aborted: " + silence), cause_a);
+  const std::string cause_b = agent_cause(b, 1);
+  MESSAGE("A's cause '" << cause_a << "', B's '" << cause_b << "'");
+  // Or A's reset: A, finding B silent, closed its connection over the chunks it could not send,
+  // its abort among them. B learns of it by reading, or by the heartbeat its first tick after the
+  // pause sends there (the broken pipe: that write fails before the controller's abort, unread
+  // still, is read).
+  const bool b_ok = ((cause_b.starts_with("controller aborted: ") ||
+                      cause_b.starts_with(a.name() + " aborted: ")) &&
+                     cause_b.ends_with(silence)) ||
+                    cause_b == a.name() + ": closed its connection" ||
+                    cause_b == a.name() + ": connection failed: broken pipe";
+  CHECK_MESSAGE(b_ok, cause_b);
+}
+
+TEST_CASE("a child of fork sees its parent's rails raised and lost; the parent's rail goes on") {
+  const auto key = rig::test::make_key_file("rail-fork");
+  Rigd a(key);
+  auto job = start(key, {&a});
+  const rig::Device& ha = job.hosts()[0];
+  const std::size_t n = (1u << 20) + 5;
+  rig::Buffer here = holding(rig::host(), pattern(n, 1));
+  rig::Buffer there = holding(ha, std::vector<std::uint8_t>(n, 0));
+  Transfer t{here, 0, there, 0, n};
+  auto rail = rig::remote::rail(std::span(&t, 1));
+  REQUIRE(rail.ok());
+  CHECK(rail->go() == 1);
+  rail->wait_arrived(1);
+  const std::string forked =
+      "this process is a child of the job's controller (fork): the job's connections belong to "
+      "the parent";
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    alarm(10);  // anything that waits for ever here fails the test instead of holding it
+    int wrong = 0;
+    auto check = [&](bool ok, const char* what) {
+      if (ok) return;
+      std::fprintf(stderr, "in the child of fork: %s\n", what);
+      ++wrong;
+    };
+    auto expect_lost = [&](auto&& use, const char* what) {
+      try {
+        use();
+        check(false, what);
+      } catch (const rig::Lost& e) {
+        check(std::string(e.what()) == forked, what);
+      } catch (...) {
+        check(false, what);
+      }
+    };
+    check(rail->sent() == rig::remote::rail_raised, "sent()");
+    check(rail->arrived() == rig::remote::rail_raised, "arrived()");
+    expect_lost([&] { (void)rail->go(); }, "go()");
+    expect_lost([&] { rail->wait_sent(2); }, "wait_sent()");
+    expect_lost([&] { rail->wait_arrived(2); }, "wait_arrived()");
+    _exit(wrong);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));  // not ended by the alarm
+  CHECK(WEXITSTATUS(status) == 0);
+  // The parent's rail: its counts as they were, and the next rounds carry new bytes.
+  CHECK(rail->sent() == 1);
+  CHECK(rail->arrived() == 1);
+  for (std::uint32_t round = 2; round <= 3; ++round) {
+    const auto v = pattern(n, round);
+    std::memcpy(here.access().data(), v.data(), n);
+    CHECK(rail->go() == round);
+    rail->wait_arrived(round);
+    CHECK(contents(there) == v);
+  }
+  CHECK_FALSE(job.failed().has_value());
+  job.close();
+}
+
+TEST_CASE("rails dropped while the job is open end at both ends; the job goes on") {
+  const auto key = rig::test::make_key_file("rail-drop");
+  Rigd a(key), b(key);
+  auto job = start(key, {&a, &b});
+  const rig::Device& ha = job.hosts()[0];
+  const rig::Device& hb = job.hosts()[1];
+  const std::size_t n = 4096;
+  rig::Buffer here = holding(rig::host(), pattern(n, 1));
+  rig::Buffer on_a = holding(ha, pattern(n, 2));
+  rig::Buffer on_b = holding(hb, std::vector<std::uint8_t>(n, 0));
+  for (int i = 0; i < 2; ++i) {
+    // Agent to agent, controller to agent, agent to controller: a round each, then dropped.
+    std::vector<Transfer> ts = {
+        {on_a, 0, on_b, 0, n}, {here, 0, on_a, 0, n}, {on_b, 0, here, 0, n}};
+    for (const Transfer& t : ts) {
+      auto r = rig::remote::rail(std::span(&t, 1));
+      REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error()));
+      CHECK(r->go() == 1);
+      r->wait_arrived(1);
+    }
+    // The job is whole after the ends: a round trip to each agent.
+    ha.wait(rig::submit(ha, std::span<const rig::Part>{}));
+    hb.wait(rig::submit(hb, std::span<const rig::Part>{}));
+    CHECK_MESSAGE(!job.failed(), job.failed().value_or(""));
+  }
+  job.close();
+  CHECK(a.job_end(1).value_or("").ends_with("job 1: closed"));
+  CHECK(b.job_end(1).value_or("").ends_with("job 1: closed"));
 }

@@ -157,7 +157,12 @@ void AgentRails::forget_record(HeldRail& rail) noexcept {
 
 HeldRail* AgentRails::held(std::uint32_t id, std::string_view message, bool source) {
   HeldRail* rail = rails_.find(id);
-  if (rail == nullptr || rail->source != source) {
+  if (rail == nullptr) {
+    fail_(std::string(message) + " names rail " + std::to_string(id) +
+          ", which the job does not hold on this machine");
+    return nullptr;
+  }
+  if (rail->source != source) {
     fail_("controller: malformed message: " + std::string(message) + " names rail " +
           std::to_string(id) + ", of which this machine is not the " +
           (source ? "source" : "destination"));

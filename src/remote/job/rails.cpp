@@ -100,10 +100,8 @@ void Rails::pump(Connection* link) {
   if (o.pumping) return;
   o.pumping = true;
   // One chunk at a time is handed to the connection, the next once the kernel has taken it: a
-  // message sent meanwhile waits behind at most one chunk. (The connection's other writes do not
-  // hold the next chunk: only this one's completion restarts the pump.)
-  while (!raised_ && !o.items.empty() && link->state() == Connection::State::open &&
-         !o.chunk_queued) {
+  // message sent meanwhile waits behind at most one chunk.
+  while (!raised_ && !o.items.empty() && link->state() == Connection::State::open && !o.in_flight) {
     const Outgoing::Item item = o.items.front();
     HeldRail& rail = *item.rail;
     if (item.round == 0) {
@@ -136,7 +134,7 @@ void Rails::pump(Connection* link) {
       o.items.pop_front();
       o.part = 0;
     }
-    o.chunk_queued = true;
+    o.in_flight = true;  // cleared by chunk_written, which may run inside send_pieces
     link->send_pieces(std::move(owned), pieces,
                       [self = self_, link, rail = item.rail, round = item.round, last] {
                         if (*self != nullptr) (*self)->chunk_written(link, rail, round, last);
@@ -147,8 +145,8 @@ void Rails::pump(Connection* link) {
 
 void Rails::chunk_written(Connection* link, std::shared_ptr<HeldRail> rail, std::uint64_t round,
                           bool last) {
-  if (auto it = outgoing_.find(link); it != outgoing_.end()) it->second.chunk_queued = false;
   if (raised_) return;
+  if (auto it = outgoing_.find(link); it != outgoing_.end()) it->second.in_flight = false;
   if (last) {
     rail->counts->sent().publish(round);
     if (events_.sent) events_.sent(*rail, round);
@@ -166,8 +164,7 @@ HeldRail* Rails::held_on(Connection& from, std::uint32_t id, std::string_view me
   }
   if (rail->source != source || rail->link != &from) {
     bad(from, what + ", of which this machine is not the " +
-                  (source ? std::string("source") : std::string("destination")) +
-                  " with that peer");
+                  (source ? std::string("source") : std::string("destination")));
     return nullptr;
   }
   return rail;

@@ -125,7 +125,10 @@ class Rails {
     std::uint32_t part = 0;
     std::uint64_t offset = 0;
     bool pumping = false;
-    bool chunk_queued = false;  // a chunk's write has not yet been taken by the kernel
+    // A chunk handed to the connection that the kernel has not taken yet. The next waits for
+    // this, not for the connection's other writes: a message queued behind the chunk completes
+    // with no call back here, so waiting for it too would stop the rail for good.
+    bool in_flight = false;
   };
   // A RAIL_CHUNK whose RAIL_DATA is next on its link.
   struct Incoming {

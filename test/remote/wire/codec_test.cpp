@@ -256,3 +256,145 @@ TEST_SUITE("unit") {
     }
   }
 }
+
+namespace {
+
+std::vector<std::uint8_t> le64(std::uint64_t v) {
+  return cat({le32(static_cast<std::uint32_t>(v)), le32(static_cast<std::uint32_t>(v >> 32))});
+}
+
+// A RAIL's body up to its parts list: rail 7, role `role`, peer `peer`, then `count` as the list's
+// count and nothing after it.
+std::vector<std::uint8_t> rail_head(std::uint8_t role, std::string_view peer, std::uint32_t count) {
+  return cat({le32(7), std::vector<std::uint8_t>{role},
+              le32(static_cast<std::uint32_t>(peer.size())), rig::remote::test::bytes_of(peer),
+              le32(count)});
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+  TEST_CASE("each rail message's bytes and name") {
+    CHECK(encoded(RailMake{7, RailMake::destination, "b", {{3, 16, 4096}}}) ==
+          cat({le32(39), std::vector<std::uint8_t>{0x40}, le32(7), std::vector<std::uint8_t>{1},
+               le32(1), std::vector<std::uint8_t>{'b'}, le32(1), le64(3), le64(16), le64(4096)}));
+    CHECK(encoded(RailMade{"no"}) == cat({le32(7), std::vector<std::uint8_t>{0x41}, le32(2),
+                                          std::vector<std::uint8_t>{'n', 'o'}}));
+    CHECK(encoded(RailGo{1, 2}) ==
+          cat({le32(13), std::vector<std::uint8_t>{0x42}, le32(1), le64(2)}));
+    CHECK(encoded(RailExpect{1, 2}) ==
+          cat({le32(13), std::vector<std::uint8_t>{0x43}, le32(1), le64(2)}));
+    CHECK(encoded(RailReady{1, 2}) ==
+          cat({le32(13), std::vector<std::uint8_t>{0x44}, le32(1), le64(2)}));
+    CHECK(encoded(RailChunk{1, 2, 3, 4}) ==
+          cat({le32(25), std::vector<std::uint8_t>{0x45}, le32(1), le64(2), le32(3), le64(4)}));
+    CHECK(encoded(RailData{}) == std::vector<std::uint8_t>{1, 0, 0, 0, 0x46});
+    CHECK(encoded(RailCount{5, RailCount::arrived, 9}) ==
+          cat({le32(14), std::vector<std::uint8_t>{0x47}, le32(5), std::vector<std::uint8_t>{1},
+               le64(9)}));
+    CHECK(encoded(RailEnd{5}) == cat({le32(5), std::vector<std::uint8_t>{0x48}, le32(5)}));
+    const std::vector<std::pair<std::uint8_t, std::string_view>> names = {
+        {0x40, "RAIL"},        {0x41, "RAILED"},     {0x42, "RAIL_GO"},
+        {0x43, "RAIL_EXPECT"}, {0x44, "RAIL_READY"}, {0x45, "RAIL_CHUNK"},
+        {0x46, "RAIL_DATA"},   {0x47, "RAIL_COUNT"}, {0x48, "RAIL_END"}};
+    for (const auto& [type, name] : names) CHECK(message_name(type) == name);
+    CHECK(message_name(0x49).empty());
+    // RAIL_DATA's bytes pass through connections undecoded, like PAYLOAD's and DATA's; no other
+    // rail message does.
+    CHECK(is_bulk(RailData::type));
+    for (std::uint8_t t = 0x40; t <= 0x48; ++t) CHECK(is_bulk(t) == (t == RailData::type));
+  }
+
+  TEST_CASE("each rail message round-trips, at its limits") {
+    std::vector<WireRailPart> most(rail_transfers_max);
+    for (std::size_t i = 0; i < most.size(); ++i) most[i] = {i, i * 3, UINT64_MAX - i};
+    const std::vector<Message> messages = {
+        RailMake{1, RailMake::source, "", {{0, 0, 1}}},
+        RailMake{UINT32_MAX, RailMake::destination, std::string(name_bytes_max, 'n'), most},
+        // Names are matched, not printed, here: kept as sent (the agent escapes them where it
+        // prints them).
+        RailMake{2, RailMake::source, "a\nb", {{1, 2, 3}, {4, 5, 6}}},
+        RailMade{""},
+        RailMade{std::string(reason_bytes_max, 'w')},
+        RailGo{UINT32_MAX, UINT64_MAX},
+        RailExpect{3, 1},
+        RailReady{3, UINT64_MAX},
+        RailChunk{UINT32_MAX, UINT64_MAX, UINT32_MAX, UINT64_MAX},
+        RailData{},
+        RailCount{4, RailCount::sent, 0},
+        RailCount{4, RailCount::arrived, UINT64_MAX},
+        RailEnd{UINT32_MAX},
+    };
+    for (const Message& m : messages) {
+      auto back = round(encoded(m));
+      REQUIRE(back.ok());
+      CHECK(*back == m);
+    }
+    // RAILED's why is text for people: escaped as it is decoded.
+    CHECK(std::get<RailMade>(*round(encoded(RailMade{"no\nroom\x1b[2J"}))).why ==
+          "no\\nroom\\x1b[2J");
+  }
+
+  TEST_CASE("the decoder refuses each malformed rail message, naming the field") {
+    // A RAIL cut short at each of its fields.
+    CHECK(round(frame(RailMake::type, {})).error() ==
+          "malformed message: RAIL: rail (4 bytes at offset 0) past the end of a 0-byte body");
+    CHECK(round(frame(RailMake::type, le32(7))).error() ==
+          "malformed message: RAIL: role (1 byte at offset 4) past the end of a 4-byte body");
+    CHECK(round(frame(RailMake::type, cat({le32(7), std::vector<std::uint8_t>{0}}))).error() ==
+          "malformed message: RAIL: peer length (4 bytes at offset 5) past the end of a 5-byte "
+          "body");
+    CHECK(round(frame(RailMake::type, cat({le32(7), std::vector<std::uint8_t>{0}, le32(5),
+                                           std::vector<std::uint8_t>{'a'}})))
+              .error() == "malformed message: RAIL: peer length 5 past the end of a 10-byte body");
+    CHECK(round(frame(RailMake::type, cat({le32(7), std::vector<std::uint8_t>{0}, le32(0)})))
+              .error() ==
+          "malformed message: RAIL: parts (4 bytes at offset 9) past the end of a 9-byte body");
+    CHECK(round(frame(RailMake::type, cat({rail_head(0, "", 1), le64(3)}))).error() ==
+          "malformed message: RAIL: offset (8 bytes at offset 21) past the end of a 21-byte body");
+    CHECK(round(frame(RailMake::type, cat({rail_head(0, "", 2), le64(3), le64(0), le64(8)})))
+              .error() ==
+          "malformed message: RAIL: memory (8 bytes at offset 37) past the end of a 37-byte body");
+    CHECK(round(frame(RailMake::type, cat({rail_head(0, "", 1), le64(3), le64(0), le64(8),
+                                           std::vector<std::uint8_t>{0}})))
+              .error() == "malformed message: RAIL: 1 trailing byte");
+    // Limits: the peer's name, and the parts list, refused before anything is read for them.
+    CHECK(round(frame(RailMake::type,
+                      cat({le32(7), std::vector<std::uint8_t>{0}, le32(name_bytes_max + 1)})))
+              .error() == "malformed message: RAIL: peer length 1025 over the maximum 1024");
+    CHECK(round(frame(RailMake::type, rail_head(0, "b", rail_transfers_max + 1))).error() ==
+          "malformed message: RAIL: parts count 4097 over the maximum 4096");
+    CHECK(round(frame(RailMake::type, cat({rail_head(0, "b", 4096), le64(1)}))).error() ==
+          "malformed message: RAIL: parts count 4096 past the end of the body");
+    // The others, short and long.
+    CHECK(round(frame(RailMade::type, {})).error() ==
+          "malformed message: RAILED: why length (4 bytes at offset 0) past the end of a 0-byte "
+          "body");
+    CHECK(round(frame(RailGo::type, le32(1))).error() ==
+          "malformed message: RAIL_GO: round (8 bytes at offset 4) past the end of a 4-byte body");
+    CHECK(round(frame(RailExpect::type, cat({le32(1), le64(1), std::vector<std::uint8_t>{0}})))
+              .error() == "malformed message: RAIL_EXPECT: 1 trailing byte");
+    CHECK(round(frame(RailReady::type, {1, 0})).error() ==
+          "malformed message: RAIL_READY: rail (4 bytes at offset 0) past the end of a 2-byte "
+          "body");
+    CHECK(round(frame(RailChunk::type, cat({le32(1), le64(2), le32(3)}))).error() ==
+          "malformed message: RAIL_CHUNK: offset (8 bytes at offset 16) past the end of a 16-byte "
+          "body");
+    CHECK(round(frame(RailCount::type, cat({le32(1), std::vector<std::uint8_t>{1}}))).error() ==
+          "malformed message: RAIL_COUNT: value (8 bytes at offset 5) past the end of a 5-byte "
+          "body");
+    CHECK(round(frame(RailEnd::type, cat({le32(1), le32(2)}))).error() ==
+          "malformed message: RAIL_END: 4 trailing bytes");
+  }
+
+  TEST_CASE("the encoder refuses a RAIL over its limits and leaves the output as it was") {
+    std::vector<std::uint8_t> out = encoded(Heartbeat{});
+    CHECK_THROWS_WITH_AS(
+        encode(RailMake{1, 0, "", std::vector<WireRailPart>(rail_transfers_max + 1)}, out),
+        "rig: RAIL parts of 4097 entries over the maximum 4096", std::invalid_argument);
+    CHECK_THROWS_WITH_AS(encode(RailMake{1, 0, std::string(name_bytes_max + 1, 'p'), {}}, out),
+                         "rig: RAIL peer of 1025 bytes over the maximum 1024",
+                         std::invalid_argument);
+    CHECK(out == encoded(Heartbeat{}));
+  }
+}
