@@ -467,11 +467,20 @@ int run(const Options& o) {
             {o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", agent_kinds},
             p.agent_cpu, (scratch / "rigd-wakeup.log").string(), {agent_wakeup_env}));
         args["wakeup_agent"] = nlohmann::json::array({"127.0.0.1", peers.back().port});
+        // The rails' source agent, on the controller's core: a rail between the two agents then
+        // runs between the same two cores as the TCP baselines.
+        peers.push_back(start_peer(
+            {o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", agent_kinds},
+            p.controller_cpu, (scratch / "rigd-rail.log").string(), {agent_poll_env}));
+        args["rail_agent"] = nlohmann::json::array({"127.0.0.1", peers.back().port});
       } else {
         if (o.echo) args["echo"] = nlohmann::json::array({o.echo->first, o.echo->second});
         args["agents"] = nlohmann::json::array();
         for (const auto& h : o.hosts)
           args["agents"].push_back(nlohmann::json::array({h.first, h.second}));
+        if (o.hosts.size() > 1) {
+          args["rail_agent"] = nlohmann::json::array({o.hosts[1].first, o.hosts[1].second});
+        }
       }
       auto w = rig::bench::spawn({self, "worker", args.dump()}, p.controller_cpu, true);
       if (!w) throw std::runtime_error(w.error());
@@ -559,6 +568,9 @@ int worker(const nlohmann::json& args) {
   for (const auto& a : args.at("agents")) ctx.agents.emplace_back(a.at(0), a.at(1));
   if (args.contains("wakeup_agent")) {
     ctx.wakeup_agent = rig::remote::Address(args["wakeup_agent"].at(0), args["wakeup_agent"].at(1));
+  }
+  if (args.contains("rail_agent")) {
+    ctx.rail_agent = rig::remote::Address(args["rail_agent"].at(0), args["rail_agent"].at(1));
   }
   ctx.only = args.value("only", std::vector<std::string>{});
   const auto out = rig::bench::run_placement(ctx);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "clock.hpp"
@@ -55,19 +56,23 @@ struct Taken {
   std::string cut_short;
 };
 
-template <typename Op>
-Taken take(const Plan& p, std::size_t samples, std::size_t warmup, Op&& op) {
+// `between` runs before each operation, outside its sample (the rail's go() scenario drains its
+// rounds there).
+template <typename Op, typename Between>
+Taken take(const Plan& p, std::size_t samples, std::size_t warmup, Op&& op, Between&& between) {
   Taken t;
   t.us.reserve(samples);
   // The warm-up has a tenth of the measurement's time limit; the count it ran is reported.
   const std::uint64_t warm_until =
       now_ns() + static_cast<std::uint64_t>(p.measurement_s_max * 1e9 * warmup_time_share);
   while (t.warmup < warmup && (t.warmup % 64 != 0 || now_ns() < warm_until)) {
+    between();
     op();
     ++t.warmup;
   }
   const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(p.measurement_s_max * 1e9);
   for (std::size_t i = 0; i < samples; ++i) {
+    between();
     const std::uint64_t a = now_ns();
     op();
     const std::uint64_t b = now_ns();
@@ -80,6 +85,11 @@ Taken take(const Plan& p, std::size_t samples, std::size_t warmup, Op&& op) {
     }
   }
   return t;
+}
+
+template <typename Op>
+Taken take(const Plan& p, std::size_t samples, std::size_t warmup, Op&& op) {
+  return take(p, samples, warmup, std::forward<Op>(op), [] {});
 }
 
 nlohmann::json latency_json(Taken t) {
@@ -171,13 +181,29 @@ std::vector<std::uint64_t> stream_sizes(const Plan& p) {
   return sizes;
 }
 
+// Transfers timed at each size: the plan's bytes per size, within the repeat bounds.
+std::uint64_t stream_repeats(const Plan& p, std::uint64_t size) {
+  return std::clamp(p.stream_bytes_per_size / size, stream_repeats_min, stream_repeats_max);
+}
+
+// One size's point of a throughput result: the GB/s samples (after `warmup` left out) of
+// `transfers` transfers of `size`; says it on stderr.
+nlohmann::json throughput_point(const Ctx& ctx, std::string_view id, std::uint64_t size,
+                                std::uint64_t transfers, std::vector<double> gbps,
+                                std::size_t warmup) {
+  const Summary s = summarize(std::move(gbps), warmup);
+  progress(ctx, id,
+           std::to_string(size) + " B x " + std::to_string(transfers) + ": p50 " +
+               fmt("%.2f", s.p50) + " GB/s");
+  return {{"bytes", size}, {"stats", stats_json(s)}};
+}
+
 // GB/s of transfers of each size, one sample per transfer, the first at each size left out.
 template <typename Move>
 nlohmann::json throughput_json(const Ctx& ctx, std::string_view id, Move&& move) {
   nlohmann::json points = nlohmann::json::array();
   for (std::uint64_t size : stream_sizes(ctx.plan)) {
-    const std::uint64_t repeats =
-        std::clamp(ctx.plan.stream_bytes_per_size / size, stream_repeats_min, stream_repeats_max);
+    const std::uint64_t repeats = stream_repeats(ctx.plan, size);
     move(size);  // warm-up
     std::vector<double> gbps;
     for (std::uint64_t i = 0; i < repeats; ++i) {
@@ -186,11 +212,7 @@ nlohmann::json throughput_json(const Ctx& ctx, std::string_view id, Move&& move)
       const std::uint64_t t1 = now_ns();
       gbps.push_back(static_cast<double>(size) / static_cast<double>(t1 - t0));
     }
-    const Summary s = summarize(std::move(gbps), 1);
-    points.push_back({{"bytes", size}, {"stats", stats_json(s)}});
-    progress(ctx, id,
-             std::to_string(size) + " B x " + std::to_string(repeats) + ": p50 " +
-                 fmt("%.2f", s.p50) + " GB/s");
+    points.push_back(throughput_point(ctx, id, size, repeats, std::move(gbps), 1));
   }
   return {{"unit", "GB/s"}, {"points", points}};
 }
@@ -334,6 +356,13 @@ rig::Program bench_program() {
   return *program;
 }
 
+// The harness's kernels loaded on `device`.
+rig::Image load_bench_program(const rig::Device& device) {
+  auto image = rig::load(device, bench_program());
+  if (!image) throw std::runtime_error(image.error());
+  return *image;
+}
+
 // Submit-to-reached of a 64 B copy from this process's memory into a buffer on `device`: `t0`;
 // rig::copy(...).wait(); `t1`.
 nlohmann::json small_copy_latency(Ctx& ctx, const rig::Device& device, std::string_view id) {
@@ -356,10 +385,8 @@ nlohmann::json rig_sim_copy64(Ctx& ctx) {
 
 nlohmann::json rig_sim_run(Ctx& ctx) {
   const rig::Device sim = ctx.proxy(ctx.agents.front(), "SIM");
-  auto image = rig::load(sim, bench_program());
-  if (!image) throw std::runtime_error(image.error());
   // One block of one thread, no arguments, an empty body (kernels.c, nop).
-  const rig::Part run = rig::Run{*image, "nop", rig::Shape::linear(1), {}};
+  const rig::Part run = rig::Run{load_bench_program(sim), "nop", rig::Shape::linear(1), {}};
   auto r = latency_json(
       take(ctx.plan, ctx.plan.samples, ctx.plan.warmup, [&] { sim.wait(rig::submit(sim, run)); }));
   r["device"] = sim.name();
@@ -429,6 +456,308 @@ nlohmann::json rig_cuda(Ctx& ctx) {
   return r;
 }
 
+// Rails (issue 14): between two agents (the rail agent, on the controller's core, is the source;
+// the first agent the destination), and from this process to the first agent.
+
+// The rails' part of a full run stays near a minute on a 2-vCPU VM: their latency and rate
+// measurements keep at most this many samples (and a tenth as many warm-up rounds), whatever
+// --samples asks, and their throughput moves this share of tcp.stream's bytes at each size, in
+// at most rail_rounds_max rounds (and at least stream_repeats_min).
+constexpr std::size_t rail_samples_max = 10'000;
+constexpr std::uint64_t rail_bytes_share = 8;
+constexpr std::uint64_t rail_rounds_max = 2'000;
+// Rounds the controller keeps in flight in the throughput scenarios, at most. Their sources are
+// never written again, so no round waits for the one before it to be sent; fewer where that many
+// would pass the bytes in flight that go() allows (rail_window_at).
+constexpr std::uint64_t rail_window = 4;
+// From this process one round at a time: with a later round's go() while a round of several chunks
+// is being sent, the round stalls for good (seen at 16 MiB, 4 in flight: both ends idle, nothing
+// queued on the socket). The sender's pump (src/remote/job/rails.cpp, Rails::pump) stops while the
+// connection is writing anything and resumes only when its own chunk is written, so a RAIL_EXPECT
+// written behind a chunk seems to leave it stopped. Reported; 1 keeps the figure measurable.
+constexpr std::uint64_t rail_window_from_here = 1;
+// A throughput sample covers at least this many bytes: smaller rounds are timed in batches.
+constexpr std::uint64_t rail_batch_bytes_min = 256 << 10;
+// The fill of a rail's sources, any value but zero (kernels.c, fill_bytes).
+constexpr std::uint64_t rail_fill_byte = 0xA5;
+
+constexpr const char* no_rail_agent =
+    "needs two agents: the harness starts a second one on loopback; with --hosts, give two";
+
+Plan rail_plan(const Plan& p) {
+  Plan r = p;
+  r.samples = std::min(p.samples, rail_samples_max);
+  r.warmup = std::min(p.warmup, rail_samples_max / 10);
+  return r;
+}
+
+// The rails' two agents, through a job with both: {the source's host, the destination's}.
+std::optional<std::pair<rig::Device, rig::Device>> rail_hosts(Ctx& ctx) {
+  if (!ctx.rail_agent) return std::nullopt;
+  const auto hosts = ctx.hosts_of({*ctx.rail_agent, ctx.agents.front()});
+  return std::pair{hosts[0], hosts[1]};
+}
+
+// A rail of one transfer: the first `bytes` of `from` into `to`. One between two agents is kept
+// until the job closes (Ctx::keep_until_close says why).
+rig::remote::Rail one_transfer_rail(Ctx& ctx, const rig::Buffer& from, const rig::Buffer& to,
+                                    std::size_t bytes) {
+  const rig::remote::Transfer t{from, 0, to, 0, bytes};
+  auto r = rig::remote::rail(std::span(&t, 1));
+  if (!r) throw std::runtime_error(r.error());
+  if (from.device() != rig::host() && to.device() != rig::host()) ctx.keep_until_close(*r);
+  return *r;
+}
+
+// Writes every byte of `b`, a buffer on the host `host`, with host code there.
+void fill_remote(const rig::Device& host, const rig::Buffer& b) {
+  const rig::Image image = load_bench_program(host);
+  host.wait(rig::submit(host, rig::Run{image,
+                                       "fill_bytes",
+                                       rig::Shape{},
+                                       {rig::Arg::out(b), rig::Arg::word(b.size()),
+                                        rig::Arg::word(rail_fill_byte)}}));
+}
+
+// The words of `b` (a buffer of a job's host), copied into this process.
+std::vector<std::uint64_t> words_of(const rig::Buffer& b) {
+  const rig::Buffer local = rig::Buffer::make(rig::host(), b.size());
+  rig::copy(local, b).wait();
+  std::vector<std::uint64_t> out(b.size() / sizeof(std::uint64_t));
+  std::memcpy(out.data(), local.access().data(), out.size() * sizeof(std::uint64_t));
+  return out;
+}
+
+// What one round of a `bytes` rail puts on the link (its RAIL_CHUNK and the RAIL_DATA frame after
+// it) and each RAIL_COUNT of it (the destination's arrived to the source and to the controller,
+// the source's sent to the controller), from rig's codec.
+nlohmann::json rail_wire_bytes(std::size_t bytes) {
+  std::vector<std::uint8_t> chunk, count;
+  rig::remote::encode(rig::remote::RailChunk{1, 1, 0, 0}, chunk);
+  rig::remote::encode(rig::remote::RailCount{1, rig::remote::RailCount::arrived, 1}, count);
+  return {{"round", chunk.size() + rig::remote::frame_header_bytes + bytes},
+          {"count", count.size()}};
+}
+
+// Rounds of `size` in flight: rail_window, or as many as go() lets through without waiting for
+// flow control (it waits while more than inflight_bytes_max are in flight), and at least one. A
+// go() that waited would move the time of the rounds before it into the sample after them.
+std::uint64_t rail_window_at(std::uint64_t size, std::uint64_t window_max) {
+  return std::clamp<std::uint64_t>(rig::remote::inflight_bytes_max / size, 1, window_max);
+}
+
+// GB/s of rounds of each size of one transfer from `from` into `to` (host buffers of the largest
+// size), driven by go() with rail_window_at(size, window_max) rounds in flight: each step starts
+// rounds until the window is full, then waits for the oldest one's arrival. One sample per batch of
+// rounds (at least rail_batch_bytes_min), from the arrival of the round before it to that of its
+// last; at each size the first batch, from an empty pipe, is left out.
+nlohmann::json rail_throughput(Ctx& ctx, std::string_view id, const rig::Buffer& from,
+                               const rig::Buffer& to, std::uint64_t window_max) {
+  nlohmann::json points = nlohmann::json::array();
+  for (std::uint64_t size : stream_sizes(ctx.plan)) {
+    rig::remote::Rail rail = one_transfer_rail(ctx, from, to, size);
+    const std::uint64_t rounds =
+        std::clamp(ctx.plan.stream_bytes_per_size / rail_bytes_share / size, stream_repeats_min,
+                   rail_rounds_max);
+    const std::uint64_t batch = std::max<std::uint64_t>(
+        1, std::min(rail_batch_bytes_min / size, rounds / stream_repeats_min));
+    const std::uint64_t batches = rounds / batch;
+    const std::uint64_t last = (batches + 1) * batch;
+    std::uint64_t started = 0, arrived = 0;
+    std::vector<double> gbps;
+    const std::uint64_t window = rail_window_at(size, window_max);
+    std::uint64_t t_prev = now_ns();
+    for (std::uint64_t b = 0; b <= batches; ++b) {
+      for (std::uint64_t i = 0; i < batch; ++i) {
+        while (started < std::min(arrived + window, last)) started = rail.go();
+        rail.wait_arrived(++arrived);
+      }
+      const std::uint64_t t = now_ns();
+      if (b > 0) {
+        gbps.push_back(static_cast<double>(batch * size) / static_cast<double>(t - t_prev));
+      }
+      t_prev = t;
+    }
+    auto point = throughput_point(ctx, id, size, batches * batch, std::move(gbps), 1);
+    point["window"] = window;
+    point["batch_rounds"] = batch;
+    points.push_back(std::move(point));
+  }
+  return {{"unit", "GB/s"},
+          {"points", points},
+          {"window_max", window_max},
+          {"batch_bytes_min", rail_batch_bytes_min},
+          {"frame_payload_bytes", rig::remote::chunk_bytes}};
+}
+
+nlohmann::json rig_rail_agents(Ctx& ctx) {
+  const auto hosts = rail_hosts(ctx);
+  if (!hosts) return {{"skipped", no_rail_agent}};
+  const auto& [a, b] = *hosts;
+  const std::uint64_t max = ctx.plan.stream_bytes_max;
+  const rig::Buffer src = rig::Buffer::make(a, max);
+  const rig::Buffer dst = rig::Buffer::make(b, max);
+  fill_remote(a, src);
+  auto r = rail_throughput(ctx, "rig.rail.agents", src, dst, rail_window);
+  r["from"] = a.name();
+  r["to"] = b.name();
+  r["note"] =
+      "rounds of one transfer between the two agents' host memory, started by go() on "
+      "this process, " +
+      std::to_string(rail_window) + " in flight, each waited for with wait_arrived";
+  return r;
+}
+
+nlohmann::json rig_rail_to_agent(Ctx& ctx) {
+  const rig::Device there = ctx.host();
+  const std::uint64_t max = ctx.plan.stream_bytes_max;
+  const rig::Buffer src = rig::Buffer::make(rig::host(), max);
+  std::memset(src.access().data(), static_cast<int>(rail_fill_byte), max);
+  const rig::Buffer dst = rig::Buffer::make(there, max);
+  auto r = rail_throughput(ctx, "rig.rail.to_agent", src, dst, rail_window_from_here);
+  r["from"] = rig::host().name();
+  r["to"] = there.name();
+  r["note"] =
+      "rounds of one transfer from this process's memory into the agent's, one at a time "
+      "(several in flight stall: bench/README.md), each waited for with wait_arrived";
+  return r;
+}
+
+// A 64 B rail between the two agents whose source is never written again, for the go() figures.
+struct SmallRail {
+  rig::Buffer src, dst;
+  rig::remote::Rail rail;
+};
+
+SmallRail small_rail(Ctx& ctx, const rig::Device& from, const rig::Device& to) {
+  SmallRail s{
+      rig::Buffer::make(from, small_copy_bytes), rig::Buffer::make(to, small_copy_bytes), {}};
+  s.rail = one_transfer_rail(ctx, s.src, s.dst, small_copy_bytes);
+  return s;
+}
+
+nlohmann::json rig_rail_go_wait(Ctx& ctx) {
+  const auto hosts = rail_hosts(ctx);
+  if (!hosts) return {{"skipped", no_rail_agent}};
+  SmallRail s = small_rail(ctx, hosts->first, hosts->second);
+  const Plan p = rail_plan(ctx.plan);
+  auto r = latency_json(take(p, p.samples, p.warmup, [&] { s.rail.wait_arrived(s.rail.go()); }));
+  r["rail_bytes"] = small_copy_bytes;
+  r["wire_bytes"] = rail_wire_bytes(small_copy_bytes);
+  r["note"] =
+      "go() sends RAIL_EXPECT to the destination and RAIL_GO to the source; the "
+      "destination's RAIL_READY, the round, and its arrived count come back";
+  report_latency(ctx, "rig.rail.go_wait", r);
+  return r;
+}
+
+nlohmann::json rig_rail_go(Ctx& ctx) {
+  const auto hosts = rail_hosts(ctx);
+  if (!hosts) return {{"skipped", no_rail_agent}};
+  SmallRail s = small_rail(ctx, hosts->first, hosts->second);
+  const Plan p = rail_plan(ctx.plan);
+  // Bursts of `window` calls; between bursts, outside the samples, the rounds are waited for, so
+  // that no call waits for flow control.
+  std::uint64_t started = 0;
+  auto r = latency_json(take(
+      p, p.samples, p.warmup, [&] { started = s.rail.go(); },
+      [&] {
+        if (started % p.window == 0) s.rail.wait_arrived(started);
+      }));
+  s.rail.wait_arrived(started);
+  r["rail_bytes"] = small_copy_bytes;
+  r["burst"] = p.window;
+  r["note"] = "one go() call, its round not waited for; every " + std::to_string(p.window) +
+              " calls the rounds are waited for outside the samples";
+  report_latency(ctx, "rig.rail.go", r);
+  return r;
+}
+
+nlohmann::json rig_rail_go_pipeline(Ctx& ctx) {
+  const auto hosts = rail_hosts(ctx);
+  if (!hosts) return {{"skipped", no_rail_agent}};
+  SmallRail s = small_rail(ctx, hosts->first, hosts->second);
+  const Plan p = rail_plan(ctx.plan);
+  std::uint64_t started = 0;
+  auto r = rate_json(p, [&] {
+    started = s.rail.go();
+    if (started > p.window) s.rail.wait_arrived(started - p.window);
+    return std::size_t{1};
+  });
+  s.rail.wait_arrived(started);
+  r["rail_bytes"] = small_copy_bytes;
+  r["note"] = "go() with " + std::to_string(p.window) +
+              " rounds in flight: each call waits for the arrival of the round that many before";
+  progress(ctx, "rig.rail.go.pipeline", fmt("p50 %.0f rounds/s", r["stats"]["p50"].get<double>()));
+  return r;
+}
+
+nlohmann::json rig_rail_pingpong(Ctx& ctx) {
+  const auto hosts = rail_hosts(ctx);
+  if (!hosts) return {{"skipped", no_rail_agent}};
+  const auto& [a, b] = *hosts;
+  const Plan p = rail_plan(ctx.plan);
+  const std::uint64_t rounds = p.warmup + p.samples;
+  const rig::Buffer send_a = rig::Buffer::make(a, small_copy_bytes);
+  const rig::Buffer recv_a = rig::Buffer::make(a, small_copy_bytes);
+  const rig::Buffer send_b = rig::Buffer::make(b, small_copy_bytes);
+  const rig::Buffer recv_b = rig::Buffer::make(b, small_copy_bytes);
+  const rig::Buffer samples = rig::Buffer::make(a, rounds * sizeof(std::uint64_t));
+  constexpr std::size_t result_words = 3;
+  const rig::Buffer result_a = rig::Buffer::make(a, result_words * sizeof(std::uint64_t));
+  const rig::Buffer result_b = rig::Buffer::make(b, result_words * sizeof(std::uint64_t));
+  const rig::remote::Rail there = one_transfer_rail(ctx, send_a, recv_b, small_copy_bytes);
+  const rig::remote::Rail back = one_transfer_rail(ctx, send_b, recv_a, small_copy_bytes);
+  const rig::Image image_a = load_bench_program(a);
+  const rig::Image image_b = load_bench_program(b);
+  // The whole exchange, warm-up included, gets the time a measurement and its warm-up may take.
+  const auto limit_ns =
+      static_cast<std::uint64_t>(p.measurement_s_max * (1 + warmup_time_share) * 1e9);
+  const auto run = [&](const rig::Image& image, const rig::remote::Rail& out,
+                       const rig::remote::Rail& in, const rig::Buffer& send,
+                       const rig::Buffer& recv, std::uint64_t role, rig::Arg times,
+                       const rig::Buffer& result) {
+    return rig::Run{image,
+                    "rail_pingpong_timed",
+                    rig::Shape{},
+                    {rig::Arg::rail(out), rig::Arg::rail(in), rig::Arg::inout(send),
+                     rig::Arg::in(recv), rig::Arg::word(rounds), rig::Arg::word(role), times,
+                     rig::Arg::word(limit_ns), rig::Arg::out(result)}};
+  };
+  const std::uint64_t vb =
+      rig::submit(b, run(image_b, back, there, send_b, recv_b, 1, rig::Arg::word(0), result_b));
+  const std::uint64_t va = rig::submit(
+      a, run(image_a, there, back, send_a, recv_a, 0, rig::Arg::out(samples), result_a));
+  a.wait(va);
+  b.wait(vb);
+  const auto ra = words_of(result_a), rb = words_of(result_b);
+  if (ra[2] != 0 || rb[2] != 0)
+    throw std::runtime_error("a rail's count was raised: the job failed");
+  if (ra[1] != 0 || rb[1] != 0) {
+    throw std::runtime_error(std::to_string(ra[1] + rb[1]) + " rounds carried the wrong number");
+  }
+  const std::uint64_t done = ra[0];
+  const auto ns = words_of(samples);
+  Taken t;
+  t.warmup = static_cast<std::size_t>(std::min<std::uint64_t>(p.warmup, done));
+  for (std::uint64_t i = t.warmup; i < done; ++i) t.us.push_back(static_cast<double>(ns[i]) / 1e3);
+  if (done < rounds) {
+    t.cut_short = "stopped after " + std::to_string(done) + " of " + std::to_string(rounds) +
+                  " rounds (warm-up included) at the time limit of " +
+                  fmt("%.0f", p.measurement_s_max * (1 + warmup_time_share)) + " s";
+  }
+  auto r = latency_json(std::move(t));
+  r["rail_bytes"] = small_copy_bytes;
+  r["wire_bytes"] = rail_wire_bytes(small_copy_bytes);
+  r["from"] = a.name();
+  r["to"] = b.name();
+  r["note"] =
+      "timed by host code on the source agent (CLOCK_MONOTONIC): rig_rail_go of the 64 B "
+      "there to the arrival of the answer on the rail back";
+  report_latency(ctx, "rig.rail.pingpong", r);
+  return r;
+}
+
 constexpr Scenario table[] = {
     {"tcp.pingpong.blocking", "raw TCP ping-pong, blocking sockets", "baseline", "latency", "",
      Where::placement, tcp_ping_pong_blocking, ""},
@@ -468,6 +797,18 @@ constexpr Scenario table[] = {
      "rig", "throughput", "tcp.stream", Where::placement, rig_copy_from_host, ""},
     {"rig.cuda", "submit-to-reached, 64 B copy into a remote CUDA device", "rig", "latency",
      "tcp.pingpong.blocking", Where::placement, rig_cuda, ""},
+    {"rig.rail.agents", "rail rounds between two agents, go() from here, 4 KiB..1 GiB", "rig",
+     "throughput", "tcp.stream", Where::placement, rig_rail_agents, ""},
+    {"rig.rail.pingpong", "64 B rail ping-pong, host code on both agents", "rig", "latency",
+     "tcp.pingpong.blocking", Where::placement, rig_rail_pingpong, ""},
+    {"rig.rail.go_wait", "go() and wait_arrived of a 64 B rail between two agents", "rig",
+     "latency", "tcp.pingpong.blocking", Where::placement, rig_rail_go_wait, ""},
+    {"rig.rail.go", "one go() call of a 64 B rail, its round not waited for", "rig", "latency", "",
+     Where::placement, rig_rail_go, ""},
+    {"rig.rail.go.pipeline", "go() of a 64 B rail, rounds pipelined", "rig", "ops", "tcp.pipeline",
+     Where::placement, rig_rail_go_pipeline, ""},
+    {"rig.rail.to_agent", "rail rounds from this process to an agent, 4 KiB..1 GiB", "rig",
+     "throughput", "tcp.stream", Where::placement, rig_rail_to_agent, ""},
 };
 
 }  // namespace
@@ -492,16 +833,20 @@ rig::Device Ctx::host() {
 }
 
 rig::Device Ctx::host_of(const rig::remote::Address& agent) {
-  if (job_ && job_agent_ != agent) close_job();
+  return hosts_of({agent}).front();
+}
+
+std::vector<rig::Device> Ctx::hosts_of(const std::vector<rig::remote::Address>& agents) {
+  if (job_ && job_agents_ != agents) close_job();
   if (!job_) {
     auto key = rig::remote::read_key(key_file);
     if (!key) throw std::runtime_error(key.error());
-    auto job = rig::remote::connect(*key, {agent});
+    auto job = rig::remote::connect(*key, agents);
     if (!job) throw std::runtime_error("the job did not start: " + job.error());
     job_ = *job;
-    job_agent_ = agent;
+    job_agents_ = agents;
   }
-  return job_->hosts().front();
+  return job_->hosts();
 }
 
 rig::Device Ctx::proxy(const rig::remote::Address& agent, const std::string& kind) {
@@ -510,9 +855,14 @@ rig::Device Ctx::proxy(const rig::remote::Address& agent, const std::string& kin
   return devices->front();
 }
 
+void Ctx::keep_until_close(rig::remote::Rail r) {
+  kept_rails_.push_back(std::move(r));
+}
+
 void Ctx::close_job() {
   if (job_) job_->close();
   job_.reset();
+  kept_rails_.clear();
 }
 
 nlohmann::json run_placement(Ctx& ctx) {

@@ -46,6 +46,10 @@ struct Ctx {
   // An agent started with RIG_AGENT_POLL_US=0 (completion always through the wake-up thread), for
   // rig.agent.completion.wakeup; none with given hosts.
   std::optional<rig::remote::Address> wakeup_agent;
+  // A second agent, on the controller's core (the first agent's with both on one core): the
+  // source of the rails between two agents (rig.rail.*), the first agent their destination; with
+  // given hosts, the second host, if there is one.
+  std::optional<rig::remote::Address> rail_agent;
   std::string key_file;
   // Scenario ids to run (--only); empty: all.
   std::vector<std::string> only;
@@ -61,13 +65,20 @@ struct Ctx {
   // The host of the agent at `agent`, through a job with that agent alone: a job with another
   // agent is closed first (a process runs one job at a time).
   rig::Device host_of(const rig::remote::Address& agent);
+  // The hosts of `agents`, in their order, through a job with those agents alone (as host_of).
+  std::vector<rig::Device> hosts_of(const std::vector<rig::remote::Address>& agents);
   // The first proxy of `kind` on `agent`'s machine; raises with the agent's reason if none.
   rig::Device proxy(const rig::remote::Address& agent, const std::string& kind);
+  // Keeps `r` until the job closes. Every rail between two agents is kept so: the source agent
+  // takes the RAIL_END a dropped handle sends for it as a malformed message and fails the job
+  // (bench/README.md, "The rail scenarios").
+  void keep_until_close(rig::remote::Rail r);
   void close_job();
 
  private:
   std::optional<rig::remote::Job> job_;
-  rig::remote::Address job_agent_;
+  std::vector<rig::remote::Rail> kept_rails_;
+  std::vector<rig::remote::Address> job_agents_;
 };
 
 enum class Where { placement, whole_run };

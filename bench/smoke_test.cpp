@@ -111,6 +111,7 @@ TEST_CASE("rig-bench --quick writes the results file and a valid PNG report") {
   CHECK(!j["placements"].empty());
 
   bool saw_rig_latency = false, saw_sim = false, saw_bulk = false, saw_scale = false;
+  bool saw_rail = false, saw_rail_pingpong = false;
   for (const auto& s : j["scenarios"]) {
     INFO(s.dump().substr(0, 300));
     REQUIRE(s.contains("id"));
@@ -146,11 +147,15 @@ TEST_CASE("rig-bench --quick writes the results file and a valid PNG report") {
     saw_sim = saw_sim || s["id"] == "rig.sim.copy64";
     saw_bulk = saw_bulk || s["id"] == "rig.copy.from_remote.sim";
     saw_scale = saw_scale || s["id"] == "rig.scale";
+    saw_rail = saw_rail || s["id"] == "rig.rail.agents";
+    saw_rail_pingpong = saw_rail_pingpong || s["id"] == "rig.rail.pingpong";
   }
   CHECK(saw_rig_latency);
   CHECK(saw_sim);
   CHECK(saw_bulk);
   CHECK(saw_scale);
+  CHECK(saw_rail);
+  CHECK(saw_rail_pingpong);
 
   check_png(pngs[0].string());
   fs::remove_all(out);
