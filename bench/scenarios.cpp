@@ -470,12 +470,6 @@ constexpr std::uint64_t rail_rounds_max = 2'000;
 // never written again, so no round waits for the one before it to be sent; fewer where that many
 // would pass the bytes in flight that go() allows (rail_window_at).
 constexpr std::uint64_t rail_window = 4;
-// From this process one round at a time: with a later round's go() while a round of several chunks
-// is being sent, the round stalls for good (seen at 16 MiB, 4 in flight: both ends idle, nothing
-// queued on the socket). The sender's pump (src/remote/job/rails.cpp, Rails::pump) stops while the
-// connection is writing anything and resumes only when its own chunk is written, so a RAIL_EXPECT
-// written behind a chunk seems to leave it stopped. Reported; 1 keeps the figure measurable.
-constexpr std::uint64_t rail_window_from_here = 1;
 // A throughput sample covers at least this many bytes: smaller rounds are timed in batches.
 constexpr std::uint64_t rail_batch_bytes_min = 256 << 10;
 // The fill of a rail's sources, any value but zero (kernels.c, fill_bytes).
@@ -498,14 +492,12 @@ std::optional<std::pair<rig::Device, rig::Device>> rail_hosts(Ctx& ctx) {
   return std::pair{hosts[0], hosts[1]};
 }
 
-// A rail of one transfer: the first `bytes` of `from` into `to`. One between two agents is kept
-// until the job closes (Ctx::keep_until_close says why).
-rig::remote::Rail one_transfer_rail(Ctx& ctx, const rig::Buffer& from, const rig::Buffer& to,
+// A rail of one transfer: the first `bytes` of `from` into `to`.
+rig::remote::Rail one_transfer_rail(const rig::Buffer& from, const rig::Buffer& to,
                                     std::size_t bytes) {
   const rig::remote::Transfer t{from, 0, to, 0, bytes};
   auto r = rig::remote::rail(std::span(&t, 1));
   if (!r) throw std::runtime_error(r.error());
-  if (from.device() != rig::host() && to.device() != rig::host()) ctx.keep_until_close(*r);
   return *r;
 }
 
@@ -555,7 +547,7 @@ nlohmann::json rail_throughput(Ctx& ctx, std::string_view id, const rig::Buffer&
                                const rig::Buffer& to, std::uint64_t window_max) {
   nlohmann::json points = nlohmann::json::array();
   for (std::uint64_t size : stream_sizes(ctx.plan)) {
-    rig::remote::Rail rail = one_transfer_rail(ctx, from, to, size);
+    rig::remote::Rail rail = one_transfer_rail(from, to, size);
     const std::uint64_t rounds =
         std::clamp(ctx.plan.stream_bytes_per_size / rail_bytes_share / size, stream_repeats_min,
                    rail_rounds_max);
@@ -614,7 +606,7 @@ nlohmann::json rig_rail_to_agent(Ctx& ctx) {
   const rig::Buffer src = rig::Buffer::make(rig::host(), max);
   std::memset(src.access().data(), static_cast<int>(rail_fill_byte), max);
   const rig::Buffer dst = rig::Buffer::make(there, max);
-  auto r = rail_throughput(ctx, "rig.rail.to_agent", src, dst, rail_window_from_here);
+  auto r = rail_throughput(ctx, "rig.rail.to_agent", src, dst, rail_window);
   r["from"] = rig::host().name();
   r["to"] = there.name();
   r["note"] =
@@ -629,17 +621,17 @@ struct SmallRail {
   rig::remote::Rail rail;
 };
 
-SmallRail small_rail(Ctx& ctx, const rig::Device& from, const rig::Device& to) {
+SmallRail small_rail(const rig::Device& from, const rig::Device& to) {
   SmallRail s{
       rig::Buffer::make(from, small_copy_bytes), rig::Buffer::make(to, small_copy_bytes), {}};
-  s.rail = one_transfer_rail(ctx, s.src, s.dst, small_copy_bytes);
+  s.rail = one_transfer_rail(s.src, s.dst, small_copy_bytes);
   return s;
 }
 
 nlohmann::json rig_rail_go_wait(Ctx& ctx) {
   const auto hosts = rail_hosts(ctx);
   if (!hosts) return {{"skipped", no_rail_agent}};
-  SmallRail s = small_rail(ctx, hosts->first, hosts->second);
+  SmallRail s = small_rail(hosts->first, hosts->second);
   const Plan p = rail_plan(ctx.plan);
   auto r = latency_json(take(p, p.samples, p.warmup, [&] { s.rail.wait_arrived(s.rail.go()); }));
   r["rail_bytes"] = small_copy_bytes;
@@ -654,7 +646,7 @@ nlohmann::json rig_rail_go_wait(Ctx& ctx) {
 nlohmann::json rig_rail_go(Ctx& ctx) {
   const auto hosts = rail_hosts(ctx);
   if (!hosts) return {{"skipped", no_rail_agent}};
-  SmallRail s = small_rail(ctx, hosts->first, hosts->second);
+  SmallRail s = small_rail(hosts->first, hosts->second);
   const Plan p = rail_plan(ctx.plan);
   // Bursts of `window` calls; between bursts, outside the samples, the rounds are waited for, so
   // that no call waits for flow control.
@@ -676,7 +668,7 @@ nlohmann::json rig_rail_go(Ctx& ctx) {
 nlohmann::json rig_rail_go_pipeline(Ctx& ctx) {
   const auto hosts = rail_hosts(ctx);
   if (!hosts) return {{"skipped", no_rail_agent}};
-  SmallRail s = small_rail(ctx, hosts->first, hosts->second);
+  SmallRail s = small_rail(hosts->first, hosts->second);
   const Plan p = rail_plan(ctx.plan);
   std::uint64_t started = 0;
   auto r = rate_json(p, [&] {
@@ -706,8 +698,8 @@ nlohmann::json rig_rail_pingpong(Ctx& ctx) {
   constexpr std::size_t result_words = 3;
   const rig::Buffer result_a = rig::Buffer::make(a, result_words * sizeof(std::uint64_t));
   const rig::Buffer result_b = rig::Buffer::make(b, result_words * sizeof(std::uint64_t));
-  const rig::remote::Rail there = one_transfer_rail(ctx, send_a, recv_b, small_copy_bytes);
-  const rig::remote::Rail back = one_transfer_rail(ctx, send_b, recv_a, small_copy_bytes);
+  const rig::remote::Rail there = one_transfer_rail(send_a, recv_b, small_copy_bytes);
+  const rig::remote::Rail back = one_transfer_rail(send_b, recv_a, small_copy_bytes);
   const rig::Image image_a = load_bench_program(a);
   const rig::Image image_b = load_bench_program(b);
   // The whole exchange, warm-up included, gets the time a measurement and its warm-up may take.
@@ -855,14 +847,9 @@ rig::Device Ctx::proxy(const rig::remote::Address& agent, const std::string& kin
   return devices->front();
 }
 
-void Ctx::keep_until_close(rig::remote::Rail r) {
-  kept_rails_.push_back(std::move(r));
-}
-
 void Ctx::close_job() {
   if (job_) job_->close();
   job_.reset();
-  kept_rails_.clear();
 }
 
 nlohmann::json run_placement(Ctx& ctx) {

@@ -69,15 +69,10 @@ struct Ctx {
   std::vector<rig::Device> hosts_of(const std::vector<rig::remote::Address>& agents);
   // The first proxy of `kind` on `agent`'s machine; raises with the agent's reason if none.
   rig::Device proxy(const rig::remote::Address& agent, const std::string& kind);
-  // Keeps `r` until the job closes. Every rail between two agents is kept so: the source agent
-  // takes the RAIL_END a dropped handle sends for it as a malformed message and fails the job
-  // (bench/README.md, "The rail scenarios").
-  void keep_until_close(rig::remote::Rail r);
   void close_job();
 
  private:
   std::optional<rig::remote::Job> job_;
-  std::vector<rig::remote::Rail> kept_rails_;
   std::vector<rig::remote::Address> job_agents_;
 };
 
