@@ -22,6 +22,7 @@
 #include "support/job_fixtures.hpp"
 #include "support/kernels.hpp"
 
+using rig::test::pattern;
 using rig::test::Rigd;
 using namespace std::chrono_literals;
 
@@ -38,32 +39,10 @@ constexpr std::size_t copy_bytes_max = sanitized ? std::size_t{4} << 20 : std::s
 constexpr int random_submissions = sanitized ? 2000 : 10000;
 constexpr int signal_rounds = sanitized ? 300 : 2000;
 
-// A job on `agents`, started or the test stops.
-rig::remote::Job start(const std::string& key_file, const std::vector<Rigd*>& agents) {
-  std::vector<rig::remote::Address> addresses;
-  for (Rigd* a : agents) addresses.push_back(a->address());
-  auto job = rig::remote::connect(rig::test::load_key(key_file), addresses);
-  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
-  return *job;
-}
-
 std::vector<rig::Device> sims(const rig::remote::Job& job, std::size_t machine) {
   auto d = rig::remote::devices(job.hosts().at(machine), "SIM");
   REQUIRE_MESSAGE(d.ok(), (d.ok() ? "" : d.error()));
   return *d;
-}
-
-// Bytes that differ at every position and from one call to the next.
-std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed) {
-  std::vector<std::uint8_t> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    v[i] = static_cast<std::uint8_t>(x);
-  }
-  return v;
 }
 
 }  // namespace
@@ -71,7 +50,7 @@ std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed) {
 TEST_CASE("devices() gives named proxies with the agent's arch and budget, the same each time") {
   const auto key = rig::test::make_key_file("proxy-devices");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   for (std::size_t m = 0; m < 2; ++m) {
     const Rigd& agent = m == 0 ? a : b;
     const auto d = sims(job, m);
@@ -101,7 +80,7 @@ TEST_CASE("copies of 1 B to 256 MiB reach a remote device and come back, every b
   MESSAGE("copies up to " << (copy_bytes_max >> 20) << " MiB");
   const auto key = rig::test::make_key_file("proxy-copies");
   Rigd a(key);
-  auto job = start(key, {&a});
+  auto job = rig::test::start_job(key, {&a});
   const rig::Device sim = sims(job, 0)[0];
   const rig::Device remote_host = job.hosts()[0];
   std::uint32_t seed = 1;
@@ -132,7 +111,7 @@ TEST_CASE(
     "a program loaded on a remote SIM device runs, and a copy back after it sees its output") {
   const auto key = rig::test::make_key_file("proxy-run");
   Rigd a(key);
-  auto job = start(key, {&a});
+  auto job = rig::test::start_job(key, {&a});
   const rig::Device sim = sims(job, 0)[1];
   auto image = rig::load(sim, rig::test::test_kernels());
   REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
@@ -289,7 +268,7 @@ TEST_CASE("10,000 random submissions from 4 threads across two machines match a 
   const std::vector<std::string> env = {"RIG_SIM_LATENCY_US=0-150",
                                         "RIG_SIM_SEED=" + std::to_string(seed)};
   Rigd a(key, {}, env), b(key, {}, env);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   std::vector<std::vector<rig::Device>> proxies = {sims(job, 0), sims(job, 1)};
   std::vector<rig::Image> images;
   for (auto& p : proxies) {
@@ -352,7 +331,7 @@ TEST_CASE(
   // Every operation of the agent's SIM devices takes 0.4 s: nothing is reached for a while.
   const auto key = rig::test::make_key_file("proxy-64mib");
   Rigd a(key, {}, {"RIG_SIM_LATENCY_US=400000"});
-  auto job = start(key, {&a});
+  auto job = rig::test::start_job(key, {&a});
   const rig::Device sim = sims(job, 0)[0];
   constexpr std::size_t chunk = std::size_t{16} << 20;
   std::vector<std::uint8_t> in = pattern(chunk, 5);
@@ -391,7 +370,7 @@ TEST_CASE(
 TEST_CASE("killing an agent wakes 8 threads waiting on its proxies with Lost and the cause") {
   const auto key = rig::test::make_key_file("proxy-kill");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const auto d = sims(job, 0);
   auto image = rig::load(d[0], rig::test::test_kernels());
   REQUIRE(image.ok());
@@ -469,7 +448,7 @@ void on_alarm(int) {
 TEST_CASE("submits from a signal handler that interrupts submits neither deadlock nor corrupt") {
   const auto key = rig::test::make_key_file("proxy-signal");
   Rigd a(key);
-  auto job = start(key, {&a});
+  auto job = rig::test::start_job(key, {&a});
   const rig::Device sim = sims(job, 0)[0];
   const rig::Device remote_host = job.hosts()[0];
   constexpr std::size_t n = 64 * 1024;
@@ -509,7 +488,7 @@ TEST_CASE("submits from a signal handler that interrupts submits neither deadloc
 TEST_CASE("a program loaded on a remote host runs there as host code on the host's memory") {
   const auto key = rig::test::make_key_file("proxy-host-run");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device host = job.hosts()[0];
   auto image = rig::load(host, rig::test::test_kernels());
   REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
@@ -538,7 +517,7 @@ TEST_CASE("a program loaded on a remote host runs there as host code on the host
 TEST_CASE("a proxy lost here other than by a close fails the job within a second, with its cause") {
   const std::string key_file = rig::test::make_key_file("proxy-lost-here");
   Rigd a(key_file);
-  auto job = start(key_file, {&a});
+  auto job = rig::test::start_job(key_file, {&a});
   const rig::Device sim = sims(job, 0).front();
   const auto t0 = std::chrono::steady_clock::now();
   // What rig::fail does to each device of the process, here to one proxy only.
@@ -558,7 +537,7 @@ TEST_CASE("a proxy lost here other than by a close fails the job within a second
 TEST_CASE("the loss of a device of the controller's own leaves the job alone") {
   const std::string key_file = rig::test::make_key_file("own-device-lost");
   Rigd a(key_file);
-  auto job = start(key_file, {&a});
+  auto job = rig::test::start_job(key_file, {&a});
   const auto own = rig::open(rig::Kind::sim);
   REQUIRE_FALSE(own.empty());
   const rig::Device local = own.front();
@@ -607,7 +586,7 @@ TEST_CASE("a signal handler's job calls that interrupt the job's calls never dea
   const std::string key_file = rig::test::make_key_file("job-calls-signal");
   const auto key = rig::test::load_key(key_file);
   Rigd a(key_file);
-  auto job = start(key_file, {&a});
+  auto job = rig::test::start_job(key_file, {&a});
   const rig::Device host = job.hosts()[0];
   signal_job = &job;
   // A deadlock would hold this thread for ever: the watchdog makes it a failure instead.

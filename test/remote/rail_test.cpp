@@ -30,6 +30,7 @@
 #include "support/kernels.hpp"
 
 using rig::remote::Transfer;
+using rig::test::pattern;
 using rig::test::Rigd;
 
 namespace {
@@ -39,26 +40,6 @@ constexpr bool sanitized = true;
 #else
 constexpr bool sanitized = false;
 #endif
-
-rig::remote::Job start(const std::string& key_file, const std::vector<Rigd*>& agents) {
-  std::vector<rig::remote::Address> addresses;
-  for (Rigd* a : agents) addresses.push_back(a->address());
-  auto job = rig::remote::connect(rig::test::load_key(key_file), addresses);
-  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
-  return *job;
-}
-
-std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed) {
-  std::vector<std::uint8_t> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    v[i] = static_cast<std::uint8_t>(x);
-  }
-  return v;
-}
 
 // `bytes` on `host` (a job's host or this process's), holding `v`.
 rig::Buffer holding(const rig::Device& host, const std::vector<std::uint8_t>& v) {
@@ -90,7 +71,7 @@ std::vector<std::uint8_t> contents(const rig::Buffer& b) {
 TEST_CASE("a rail carries its transfers between two agents, round after round") {
   const auto key = rig::test::make_key_file("rail-agents");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
   const std::size_t n = (3u << 20) + 17;  // chunks of 1 MiB and a tail
@@ -125,7 +106,7 @@ TEST_CASE("a rail carries its transfers between two agents, round after round") 
 TEST_CASE("a rail runs from this process's host to an agent's and back, with several transfers") {
   const auto key = rig::test::make_key_file("rail-controller");
   Rigd a(key);
-  auto job = start(key, {&a});
+  auto job = rig::test::start_job(key, {&a});
   const rig::Device& ha = job.hosts()[0];
   const std::vector<std::size_t> sizes = {1, 4096, (2u << 20) + 3};
   std::vector<rig::Buffer> here, there, back;
@@ -166,7 +147,7 @@ TEST_CASE("a rail runs from this process's host to an agent's and back, with sev
 TEST_CASE("a rail's last handle dropped while its job is open lets its ends go; the job goes on") {
   const auto key = rig::test::make_key_file("rail-drop");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
   rig::Buffer on_a = holding(ha, pattern(4096, 7));
@@ -201,7 +182,7 @@ TEST_CASE("a rail's last handle dropped while its job is open lets its ends go; 
 TEST_CASE("rail() refuses what cannot be a rail, with the reason, and sends nothing") {
   const auto key = rig::test::make_key_file("rail-refusals");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
   rig::Buffer a1 = rig::Buffer::make(ha, 100), a2 = rig::Buffer::make(ha, 100);
@@ -250,66 +231,12 @@ TEST_CASE("rail() refuses what cannot be a rail, with the reason, and sends noth
   CHECK_THROWS_WITH_AS(r->go(), "rig: go() of rail 1: the job has closed", std::invalid_argument);
 }
 
-TEST_CASE("host code on two agents drives a pipeline over two rails with no controller message") {
-  const auto key = rig::test::make_key_file("rail-pipeline");
-  Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
-  const rig::Device& ha = job.hosts()[0];
-  const rig::Device& hb = job.hosts()[1];
-  rig::Buffer send_a = rig::Buffer::make(ha, 8), recv_a = rig::Buffer::make(ha, 8);
-  rig::Buffer send_b = rig::Buffer::make(hb, 8), recv_b = rig::Buffer::make(hb, 8);
-  rig::Buffer result_a = rig::Buffer::make(ha, 24), result_b = rig::Buffer::make(hb, 24);
-  Transfer ab{send_a, 0, recv_b, 0, 8}, ba{send_b, 0, recv_a, 0, 8};
-  auto there = rig::remote::rail(std::span(&ab, 1));
-  auto back = rig::remote::rail(std::span(&ba, 1));
-  REQUIRE(there.ok());
-  REQUIRE(back.ok());
-  const auto program = rig::test::test_kernels();
-  auto image_a = rig::load(ha, program);
-  auto image_b = rig::load(hb, program);
-  REQUIRE(image_a.ok());
-  REQUIRE(image_b.ok());
-  const std::uint64_t rounds = 2000;
-  const auto run = [&](const rig::Image& image, const rig::remote::Rail& out,
-                       const rig::remote::Rail& in, const rig::Buffer& send,
-                       const rig::Buffer& recv, std::uint64_t role, const rig::Buffer& result) {
-    return rig::Run{
-        image,
-        "rail_pingpong",
-        rig::Shape{},
-        {rig::Arg::rail(out), rig::Arg::rail(in), rig::Arg::inout(send), rig::Arg::in(recv),
-         rig::Arg::word(rounds), rig::Arg::word(role), rig::Arg::out(result)}};
-  };
-  const std::uint64_t va =
-      rig::submit(ha, run(*image_a, *there, *back, send_a, recv_a, 0, result_a));
-  const std::uint64_t vb =
-      rig::submit(hb, run(*image_b, *back, *there, send_b, recv_b, 1, result_b));
-  ha.wait(va);
-  hb.wait(vb);
-  for (const rig::Buffer* r : {&result_a, &result_b}) {
-    const auto got = contents(*r);
-    std::uint64_t words[3];
-    std::memcpy(words, got.data(), sizeof words);
-    CHECK(words[0] == rounds);
-    CHECK(words[1] == 0);
-    CHECK(words[2] == 0);
-  }
-  // The controller's counts followed.
-  there->wait_arrived(rounds);
-  back->wait_arrived(rounds);
-  CHECK(there->arrived() == rounds);
-  CHECK(back->sent() == rounds);
-  // The rails are host code's now.
-  CHECK_THROWS_AS(there->go(), std::invalid_argument);
-  job.close();
-}
-
 TEST_CASE("kill -9 of the destination mid-round fails the job; every count, every waiter") {
   rig::test::ScaledTiming scaled;
   const auto key = rig::test::make_key_file("rail-kill");
   Rigd a(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
   Rigd b(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
   // The round moves from here to B while B is killed; A's host code waits on a rail from B.
@@ -455,7 +382,7 @@ void random_rounds_test(int rounds, std::size_t small_max, std::size_t large_max
                         int large_one_in) {
   const auto key = rig::test::make_key_file("rail-random");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const std::uint32_t seed = static_cast<std::uint32_t>(std::random_device{}());
   INFO("seed " << seed);
   std::atomic<std::uint64_t> checked{0};
@@ -493,7 +420,7 @@ TEST_CASE("slow: 10,000 random rounds of 1 B .. 64 MiB per transfer, 1 .. 16 tra
 TEST_CASE("work beside a large round goes on, on the rail's connection and at both ends") {
   const auto key = rig::test::make_key_file("rail-beside");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
   const std::size_t n = sanitized ? std::size_t{64} << 20 : std::size_t{512} << 20;
@@ -550,7 +477,7 @@ std::pair<std::uint64_t, std::uint64_t> tcp_bytes_to(const std::vector<int>& por
 void pipeline_test(std::uint64_t rounds, std::size_t bytes) {
   const auto key = rig::test::make_key_file("rail-pipeline-count");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
   rig::Buffer send_a = rig::Buffer::make(ha, bytes), recv_a = rig::Buffer::make(ha, bytes);
@@ -608,12 +535,16 @@ void pipeline_test(std::uint64_t rounds, std::size_t bytes) {
                  << received << " B and sent " << sent << " B on its connections");
   CHECK(received < rail_bytes / 20);
   CHECK(sent < rail_bytes / 1000);
+  // The controller's counts followed, and the rails are host code's now.
+  CHECK(there->arrived() == rounds);
+  CHECK(back->sent() == rounds);
+  CHECK_THROWS_AS(there->go(), std::invalid_argument);
   job.close();
 }
 
 }  // namespace
 
-TEST_CASE("a host-code pipeline's bytes never pass through the controller") {
+TEST_CASE("host code on two agents drives a pipeline over two rails; no rail byte through here") {
   pipeline_test(sanitized ? 1000 : 5000, 4096);
 }
 
@@ -624,7 +555,7 @@ TEST_CASE("slow: 100,000 rounds of a host-code pipeline, no rail byte through th
 TEST_CASE("go() blocks while 64 MiB of the rail's rounds have not arrived") {
   const auto key = rig::test::make_key_file("rail-flow");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const std::size_t n = std::size_t{1} << 20;
   rig::Buffer src = rig::Buffer::make(job.hosts()[0], n),
               dst = rig::Buffer::make(job.hosts()[1], n);
@@ -646,7 +577,7 @@ TEST_CASE("go() blocks while 64 MiB of the rail's rounds have not arrived") {
 TEST_CASE("record() gives a host's machine, address and rail maker, a proxy's device id only") {
   const auto key = rig::test::make_key_file("rail-record");
   Rigd a(key);
-  auto job = start(key, {&a});
+  auto job = rig::test::start_job(key, {&a});
   const auto host = rig::remote::record(job.hosts()[0]);
   REQUIRE(host.has_value());
   CHECK(host->of == rig::remote::Record::Of::host);
@@ -670,7 +601,7 @@ TEST_CASE(
     "several rounds in flight, of many chunks and of one, arrive from either kind of source") {
   const auto key = rig::test::make_key_file("rail-in-flight");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   for (const std::size_t n : {std::size_t{16} << 20, std::size_t{64}}) {
     for (const bool from_here : {true, false}) {
       CAPTURE(n);
@@ -713,7 +644,7 @@ TEST_CASE("SIGSTOP of the destination mid-round: every process's cause is its si
   const auto key = rig::test::make_key_file("rail-stop");
   Rigd a(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
   Rigd b(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
   const std::size_t n = std::size_t{64} << 20;
@@ -783,7 +714,7 @@ TEST_CASE("SIGSTOP of the destination mid-round: every process's cause is its si
 TEST_CASE("a child of fork sees its parent's rails raised and lost; the parent's rail goes on") {
   const auto key = rig::test::make_key_file("rail-fork");
   Rigd a(key);
-  auto job = start(key, {&a});
+  auto job = rig::test::start_job(key, {&a});
   const rig::Device& ha = job.hosts()[0];
   const std::size_t n = (1u << 20) + 5;
   rig::Buffer here = holding(rig::host(), pattern(n, 1));
@@ -844,7 +775,7 @@ TEST_CASE("a child of fork sees its parent's rails raised and lost; the parent's
 TEST_CASE("rails dropped while the job is open end at both ends; the job goes on") {
   const auto key = rig::test::make_key_file("rail-drop");
   Rigd a(key), b(key);
-  auto job = start(key, {&a, &b});
+  auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
   const std::size_t n = 4096;
