@@ -24,6 +24,7 @@
 #include "remote/io/address.hpp"
 #include "remote/job/process.hpp"
 #include "rig/remote.hpp"
+#include "support/pattern.hpp"
 #include "support/process.hpp"
 
 namespace rig::test {
@@ -217,19 +218,6 @@ inline rig::remote::Job start_job(const std::string& key_file, const std::vector
   auto job = rig::remote::connect(load_key(key_file), addresses);
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
   return *job;
-}
-
-// Bytes that differ at every position and from one call to the next.
-inline std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed) {
-  std::vector<std::uint8_t> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    v[i] = static_cast<std::uint8_t>(x);
-  }
-  return v;
 }
 
 }  // namespace rig::test

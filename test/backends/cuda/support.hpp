@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "rig/program.hpp"
+#include "support/pattern.hpp"
 
 namespace rig::test {
 
@@ -40,17 +41,6 @@ inline Program ptx_kernels() {
   const char* path = std::getenv("RIG_TEST_CUDA_PTX");
   if (path == nullptr) throw std::runtime_error("RIG_TEST_CUDA_PTX is not set");
   return program_of({TargetSpec{TargetFormat::cuda_ptx, "sm_70", file_bytes(path)}});
-}
-
-// `n` bytes that differ from one offset to the next and from one seed to the next.
-inline std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed) {
-  std::vector<std::uint8_t> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    v[i] = static_cast<std::uint8_t>(x >> 24);
-  }
-  return v;
 }
 
 }  // namespace rig::test
