@@ -84,6 +84,7 @@ AgentRails::AgentRails(Reactor& reactor, Fail fail, std::function<void()> resume
       fail_(std::move(fail)),
       resume_(std::move(resume)),
       rails_(
+          reactor,
           Rails::Events{[this](HeldRail& rail, std::uint64_t round) { moved(rail, round, false); },
                         [this](HeldRail& rail, std::uint64_t round) { moved(rail, round, true); },
                         [this](HeldRail& rail) { forget_record(rail); },

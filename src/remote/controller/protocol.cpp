@@ -22,7 +22,8 @@ ControllerProtocol::ControllerProtocol(Reactor& reactor, const Timing& timing, K
       dialer_(dialer),
       finished_(std::move(finished)),
       id_(id),
-      own_rails_(Rails::Events{nullptr,
+      own_rails_(reactor,
+                 Rails::Events{nullptr,
                                [this](HeldRail& rail, std::uint64_t round) {
                                  if (auto it = rails_.find(rail.id); it != rails_.end())
                                    rail_arrived(it->second, round);

@@ -41,6 +41,8 @@ Reactor::Reactor(const Clock& clock, std::int64_t tick_ms)
   tick_.data = this;
   check_uv(uv_idle_init(&loop_, &spin_), "uv_idle_init");
   spin_.data = this;
+  check_uv(uv_idle_init(&loop_, &soon_idle_), "uv_idle_init");
+  soon_idle_.data = this;
   const auto period = static_cast<std::uint64_t>(std::max<std::int64_t>(tick_ms, 1));
   check_uv(uv_timer_start(&tick_, on_tick, period, period), "uv_timer_start");
 }
@@ -52,6 +54,7 @@ Reactor::~Reactor() {
     uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&soon_idle_), nullptr);
     uv_run(&loop_, UV_RUN_DEFAULT);
   }
   uv_loop_close(&loop_);
@@ -85,6 +88,8 @@ void Reactor::stop() noexcept {
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&soon_idle_), nullptr);
+  soon_.clear();
 }
 
 void Reactor::note_activity() noexcept {
@@ -103,6 +108,31 @@ void Reactor::on_spin(uv_idle_t* handle) noexcept {
   // process when both ends share a core): let any such thread run before polling again. With
   // nothing else to run, this returns at once.
   sched_yield();
+}
+
+void Reactor::soon(std::function<void()> fn) {
+  if (stopping_) return;
+  soon_.push_back(std::move(fn));
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&soon_idle_))) {
+    uv_idle_start(&soon_idle_, on_soon);
+  }
+}
+
+bool Reactor::run_soon() {
+  if (soon_.empty()) return false;
+  // What these queue runs on the turn after.
+  std::vector<std::function<void()>> due;
+  due.swap(soon_);
+  for (auto& fn : due) fn();
+  return true;
+}
+
+void Reactor::on_soon(uv_idle_t* handle) noexcept {
+  auto* r = static_cast<Reactor*>(handle->data);
+  r->run_soon();
+  if (r->soon_.empty() && !uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
+    uv_idle_stop(handle);
+  }
 }
 
 bool Reactor::on_loop_thread() const noexcept {

@@ -67,6 +67,16 @@ class Reactor {
   // Runs every ticker now (tests with a ManualClock call this after advancing it).
   void tick_now();
 
+  // Runs `fn` on the loop's next turn, after the sockets ready now have been served: how a
+  // writer whose bytes the kernel takes at once lets the loop read its other sockets between two
+  // writes. `fn` must not throw (callers guard their bodies). What is queued when the reactor
+  // stops is dropped. Loop thread.
+  void soon(std::function<void()> fn);
+  // Runs what soon() queued before this call; whether there was any. The loop does this once a
+  // turn; a test that drives a reactor by hand, with no loop, calls it between its steps. Loop
+  // thread.
+  bool run_soon();
+
   // Whether the caller is on the loop thread.
   bool on_loop_thread() const noexcept;
 
@@ -80,6 +90,7 @@ class Reactor {
   static void on_async(uv_async_t* handle) noexcept;
   static void on_tick(uv_timer_t* handle) noexcept;
   static void on_spin(uv_idle_t* handle) noexcept;
+  static void on_soon(uv_idle_t* handle) noexcept;
   void drain_commands();
 
   const Clock& clock_;
@@ -89,6 +100,8 @@ class Reactor {
   uv_idle_t spin_{};  // active while the loop polls after activity: libuv then polls, never sleeps
   std::uint64_t spin_ns_;            // how long it polls after activity (0: never)
   std::uint64_t spin_until_ns_ = 0;  // uv_hrtime() at which the polling stops
+  uv_idle_t soon_idle_{};  // active while soon_ holds work: its turn's poll does not sleep
+  std::vector<std::function<void()>> soon_;
   MpscQueue queue_;
   bool stopping_ = false;
   std::atomic<std::uint64_t> loop_thread_{0};

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "remote/io/guard.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
 #include "remote/wire/frame.hpp"
 
 namespace rig::remote {
 
-Rails::Rails(Events events) : events_(std::move(events)) {}
+Rails::Rails(Reactor& reactor, Events events) : reactor_(reactor), events_(std::move(events)) {}
 
 Rails::~Rails() {
   *self_ = nullptr;
@@ -100,7 +101,9 @@ void Rails::pump(Connection* link) {
   if (o.pumping) return;
   o.pumping = true;
   // One chunk at a time is handed to the connection, the next once the kernel has taken it: a
-  // message sent meanwhile waits behind at most one chunk.
+  // message sent meanwhile waits behind at most one chunk. A chunk taken at once (the reader
+  // keeps up) has the next go on the loop's next turn, so that a round of gigabytes does not keep
+  // the loop from this process's other sockets until its last byte.
   while (!raised_ && !o.items.empty() && link->state() == Connection::State::open && !o.in_flight) {
     const Outgoing::Item item = o.items.front();
     HeldRail& rail = *item.rail;
@@ -139,8 +142,27 @@ void Rails::pump(Connection* link) {
                       [self = self_, link, rail = item.rail, round = item.round, last] {
                         if (*self != nullptr) (*self)->chunk_written(link, rail, round, last);
                       });
+    if (!o.in_flight && !o.items.empty()) {
+      pump_soon(link, o);
+      break;
+    }
   }
   o.pumping = false;
+}
+
+void Rails::pump_soon(Connection* link, Outgoing& o) {
+  if (o.pump_queued) return;
+  o.pump_queued = true;
+  reactor_.soon([self = self_, link] {
+    Rails* rails = *self;
+    if (rails == nullptr) return;
+    auto it = rails->outgoing_.find(link);
+    if (it == rails->outgoing_.end()) return;
+    it->second.pump_queued = false;
+    // Rounds queued on the link mean rails held over it, so the connection is still there.
+    if (rails->raised_ || it->second.items.empty()) return;
+    guard([&] { rails->pump(link); }, [&](const std::string& what) { rails->events_.fail(what); });
+  });
 }
 
 void Rails::chunk_written(Connection* link, std::shared_ptr<HeldRail> rail, std::uint64_t round,

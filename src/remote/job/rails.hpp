@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "remote/io/connection.hpp"
+#include "remote/io/reactor.hpp"
 #include "remote/job/rail_count.hpp"
 #include "remote/wire/messages.hpp"
 
@@ -63,7 +64,7 @@ class Rails {
     std::function<void(const std::string& cause)> fail;
   };
 
-  explicit Rails(Events events);
+  Rails(Reactor& reactor, Events events);
   ~Rails();
   Rails(const Rails&) = delete;
   Rails& operator=(const Rails&) = delete;
@@ -129,6 +130,7 @@ class Rails {
     // this, not for the connection's other writes: a message queued behind the chunk completes
     // with no call back here, so waiting for it too would stop the rail for good.
     bool in_flight = false;
+    bool pump_queued = false;  // a pump is due on the loop's next turn (Reactor::soon)
   };
   // A RAIL_CHUNK whose RAIL_DATA is next on its link.
   struct Incoming {
@@ -139,6 +141,7 @@ class Rails {
   void queue(HeldRail& rail, std::uint64_t round);
   void release_ready(HeldRail& rail);
   void pump(Connection* link);
+  void pump_soon(Connection* link, Outgoing& o);
   void chunk_written(Connection* link, std::shared_ptr<HeldRail> rail, std::uint64_t round,
                      bool last);
   void place(Connection& from, std::size_t bytes, const std::uint8_t* at);
@@ -146,6 +149,7 @@ class Rails {
   void bad(Connection& from, const std::string& what);
   void drop(std::uint32_t id);
 
+  Reactor& reactor_;
   Events events_;
   std::map<std::uint32_t, std::shared_ptr<HeldRail>> held_;
   std::set<std::uint32_t> passed_on_;  // rails this source has ended (a few bytes each)

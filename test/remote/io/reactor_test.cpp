@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -130,4 +132,70 @@ TEST_CASE("run(wait): the loop sleeps only through the caller's wait, and a post
   });
   CHECK(counter.load() == 1);
   CHECK(waits >= 1);
+}
+
+namespace {
+
+// A chain of soon() calls, each queuing the next, as a rail's chunks go when the kernel takes
+// each one at once; the last stops the loop.
+struct Chain {
+  Reactor* reactor = nullptr;
+  uv_poll_t* poll = nullptr;
+  int links = 0;
+  int done = 0;
+  int served_at = -1;  // links done when the ready socket was served
+  void next() {
+    if (++done < links) return reactor->soon([this] { next(); });
+    uv_close(reinterpret_cast<uv_handle_t*>(poll), nullptr);
+    reactor->stop();
+  }
+};
+
+struct Start final : Command {
+  Chain* chain = nullptr;
+  void run(Reactor&) noexcept override { chain->next(); }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "soon(): what it queues runs on a later turn, and the loop serves a ready socket between") {
+  ManualClock clock;
+  Reactor reactor(clock, 50);
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  REQUIRE(::write(fds[1], "x", 1) == 1);  // readable before the chain starts
+  uv_poll_t poll{};
+  Chain chain{&reactor, &poll, 1000};
+  REQUIRE(uv_poll_init(reactor.loop(), &poll, fds[0]) == 0);
+  poll.data = &chain;
+  uv_poll_start(&poll, UV_READABLE, [](uv_poll_t* h, int, int) {
+    auto* c = static_cast<Chain*>(h->data);
+    if (c->served_at < 0) c->served_at = c->done;
+    uv_poll_stop(h);
+  });
+  Start start;
+  start.chain = &chain;
+  reactor.post(&start);
+  reactor.run();
+  CHECK(chain.done == 1000);
+  // Served within a turn or two of the chain's start, not after its 1000 links, as a loop that
+  // ran each next link at once would.
+  CHECK(chain.served_at >= 0);
+  CHECK(chain.served_at <= 2);
+  ::close(fds[0]);
+  ::close(fds[1]);
+
+  // Driven by hand: each run_soon() runs what was queued before it, not what that queues.
+  Reactor by_hand(clock, 50);
+  int ran = 0;
+  by_hand.soon([&] {
+    ++ran;
+    by_hand.soon([&] { ++ran; });
+  });
+  CHECK(by_hand.run_soon());
+  CHECK(ran == 1);
+  CHECK(by_hand.run_soon());
+  CHECK(ran == 2);
+  CHECK_FALSE(by_hand.run_soon());
 }

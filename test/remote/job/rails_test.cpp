@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -33,16 +34,17 @@ const Key& the_key() {
 // ABORT with the first cause, every count raised) on a rail's failure or the peer's.
 class End final : public ConnectionOwner {
  public:
-  End()
-      : rails(Rails::Events{
-            [this](HeldRail& r, std::uint64_t round) {
-              log.push_back("sent " + std::to_string(r.id) + ":" + std::to_string(round));
-            },
-            [this](HeldRail& r, std::uint64_t round) {
-              log.push_back("arrived " + std::to_string(r.id) + ":" + std::to_string(round));
-            },
-            [this](HeldRail& r) { log.push_back("ended " + std::to_string(r.id)); },
-            [this](const std::string& cause) { fail(cause); }}) {}
+  explicit End(Reactor& reactor)
+      : rails(reactor,
+              Rails::Events{
+                  [this](HeldRail& r, std::uint64_t round) {
+                    log.push_back("sent " + std::to_string(r.id) + ":" + std::to_string(round));
+                  },
+                  [this](HeldRail& r, std::uint64_t round) {
+                    log.push_back("arrived " + std::to_string(r.id) + ":" + std::to_string(round));
+                  },
+                  [this](HeldRail& r) { log.push_back("ended " + std::to_string(r.id)); },
+                  [this](const std::string& cause) { fail(cause); }}) {}
 
   Rails rails;
   Connection* link = nullptr;
@@ -130,7 +132,8 @@ struct Memory {
 
 // Two processes' connections to each other, proven: `a`'s to "b" and `b`'s to "a".
 struct Pair {
-  Pair() : reactor(clock, Timing{}.tick_ms) {
+  explicit Pair(std::size_t buffer_bytes = memory_buffer_bytes_default)
+      : reactor(clock, Timing{}.tick_ms), net(buffer_bytes), a(reactor), b(reactor) {
     auto p = net.connect("10.0.0.1:50000", "10.0.0.2:4123");
     a_conn = std::make_unique<Connection>(reactor, a, timing, "b");
     b_conn = std::make_unique<Connection>(reactor, b, timing, "a");
@@ -142,7 +145,7 @@ struct Pair {
     a_conn->dial(std::move(p.dialer), Handshake::dialer(the_key(), dialer));
     REQUIRE(b_conn->adopt(std::move(p.listener),
                           Handshake::listener(the_key(), {new_instance_id()})) == 0);
-    net.pump();
+    pump();
     REQUIRE(a_conn->state() == State::open);
     REQUIRE(b_conn->state() == State::open);
   }
@@ -152,6 +155,18 @@ struct Pair {
       if (c->state() != State::closing && c->state() != State::closed) c->close_now();
     }
     net.pump();
+  }
+
+  // Runs the network and the loop's turns (what Reactor::soon queued: a rail's next chunk, once
+  // the kernel took the last at once) until neither has anything to do or `steps_max` steps ran.
+  std::size_t pump(std::size_t steps_max = memory_pump_steps_max) {
+    std::size_t steps = 0;
+    while (steps < steps_max) {
+      const std::size_t n = net.pump(steps_max - steps);
+      if (n == 0 && !reactor.run_soon()) break;
+      steps += std::max<std::size_t>(n, 1);
+    }
+    return steps;
   }
 
   // Rail `id` from `from` at a to `to` at b.
@@ -226,10 +241,10 @@ TEST_SUITE("unit") {
       from.fill(static_cast<std::uint32_t>(round));
       // As the controller starts a round: the destination says ready, the source waits for it.
       p.a.rails.go(src, round, true, "controller");
-      p.net.pump();
+      p.pump();
       CHECK(dst.counts->arrived().get() == round - 1);  // nothing goes before RAIL_READY
       p.b.rails.say_ready(dst, round);
-      p.net.pump();
+      p.pump();
       CHECK(dst.counts->arrived().get() == round);
       CHECK(src.counts->sent().get() == round);
       CHECK(src.counts->arrived().get() == round);  // the destination's RAIL_COUNT
@@ -244,7 +259,7 @@ TEST_SUITE("unit") {
     CHECK(!p.b.cause);
     // The end follows the last round on the link; each end lets the rail go.
     p.a.rails.end(src);
-    p.net.pump();
+    p.pump();
     CHECK(p.a.rails.find(1) == nullptr);
     CHECK(p.b.rails.find(1) == nullptr);
     CHECK(p.b.log.back() == "ended 1");
@@ -265,7 +280,7 @@ TEST_SUITE("unit") {
       p.a.rails.go(r1, round, false, "");
       p.a.rails.go(r2, round, false, "");
     }
-    p.net.pump();
+    p.pump();
     CHECK(joined(p.b.log) ==
           "arrived 1:1 | arrived 2:1 | arrived 1:2 | arrived 2:2 | arrived 1:3 | arrived 2:3");
     CHECK(joined(p.a.log) == "sent 1:1 | sent 2:1 | sent 1:2 | sent 2:2 | sent 1:3 | sent 2:3");
@@ -345,7 +360,7 @@ TEST_SUITE("unit") {
       REQUIRE_FALSE(p.b.rails.add(1, false, *p.b_conn, to.parts, nullptr).has_value());
       HeldRail& dst = *p.b.rails.find(1);
       for (Bytes& f : c.frames) p.raw_to_b(std::move(f));
-      p.net.pump();
+      p.pump();
       CHECK_MESSAGE(p.b.cause == c.cause, p.b.cause.value_or("(none)"));
       // Every count raised; the source hears the abort.
       CHECK(dst.counts->arrived().get() == rail_count_raised);
@@ -390,12 +405,39 @@ TEST_SUITE("unit") {
       REQUIRE_FALSE(p.a.rails.add(1, true, *p.a_conn, from.parts, nullptr).has_value());
       HeldRail& src = *p.a.rails.find(1);
       for (Bytes& f : c.frames) p.raw_to_a(std::move(f));
-      p.net.pump();
+      p.pump();
       CHECK_MESSAGE(p.a.cause == c.cause, p.a.cause.value_or("(none)"));
       CHECK(src.counts->sent().get() == rail_count_raised);
       CHECK(src.counts->arrived().get() == rail_count_raised);
       CHECK(p.b.cause == "a aborted: " + c.cause);
     }
+  }
+
+  TEST_CASE("rails: a chunk the kernel takes at once has the next wait for the loop's next turn") {
+    // The network's buffer holds the whole round: the kernel takes every chunk at once.
+    Pair p(32 * chunk_bytes);
+    const std::size_t n = 16 * chunk_bytes;
+    Memory from({n}), to({n});
+    from.fill(5);
+    p.hold(1, from, to);
+    HeldRail& src = *p.a.rails.find(1);
+    HeldRail& dst = *p.b.rails.find(1);
+    p.a.rails.go(src, 1, false, "");
+    // The network alone, no loop turn: each chunk the reader drains is taken at once, and the
+    // next is not sent from inside that write (which would keep the loop from every other socket
+    // of the process until the round's last byte).
+    p.net.pump();
+    CHECK(p.b.data_frames == 1);
+    std::size_t turns = 0;
+    while (p.reactor.run_soon()) {
+      ++turns;
+      p.net.pump();
+    }
+    CHECK(turns == 15);
+    CHECK(p.b.data_frames == 16);
+    CHECK(dst.counts->arrived().get() == 1);
+    CHECK(to.same(from));
+    CHECK(!p.a.cause);
   }
 
   TEST_CASE("rails: a message sent while a 64 MiB round goes out waits behind one chunk at most") {
@@ -412,12 +454,12 @@ TEST_SUITE("unit") {
     // Sent in the middle: once 20 chunks have arrived, behind the chunk being written and, if
     // the kernel (the network's buffer) took that one whole, the one after it.
     std::size_t mid_at = 0;
-    while (p.b.data_frames < 20 && p.net.pump(1) > 0) {
+    while (p.b.data_frames < 20 && p.pump(1) > 0) {
     }
     REQUIRE(p.b.data_frames == 20);
     mid_at = p.b.data_frames;
     p.a_conn->send(Free{2});
-    p.net.pump();
+    p.pump();
     REQUIRE(p.b.data_before_other.size() == 2);
     CHECK(p.b.data_before_other[0] == 1);
     CHECK(p.b.data_before_other[1] >= mid_at + 1);

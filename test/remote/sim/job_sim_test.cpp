@@ -377,6 +377,10 @@ std::size_t Sim::pump(std::size_t steps) {
     if (done >= steps) return done;
     const std::size_t n = net_.pump(steps - done);
     done += n;
+    // Each process's loop turn: what its reactor was asked to run soon (a rail's next chunk).
+    for (auto& p : procs_) {
+      if (!p->stopped && !p->killed && p->reactor->run_soon()) handed = true;
+    }
     if (n == 0 && !handed) return done;
   }
 }
