@@ -97,6 +97,12 @@ inline constexpr std::int64_t strangers_trim_interval_ms = 1000;
 inline constexpr std::size_t staging_cache_bytes_max = 1024 * MiB;
 inline constexpr std::int64_t staging_idle_release_ms = 1000;
 
+// The longest a piece of news nobody waits for (a rail's count of a round that host code started)
+// waits for its connection's next write, or for its loop to go idle, before it goes in a write of
+// its own: long enough that a busy pipeline's counts go a few hundred at a time, short enough that
+// the controller's view of such a rail is never more than this behind.
+inline constexpr std::uint64_t idle_work_delay_us = 500;
+
 // The remote layer's tunables (core/tunables.hpp says how each is read).
 
 // How long the loop polls after activity before it sleeps in epoll again. Waking a thread that

@@ -214,6 +214,7 @@ void AgentRails::make(const RailMake& m, const std::map<std::uint64_t, Buffer>& 
     return;
   }
   HeldRail& rail = *rails_.find(m.rail);
+  rail.source_waits = !source && link == controller_;
   std::vector<std::uint64_t> ids;
   for (const WireRailPart& p : m.parts) ids.push_back(p.memory);
   memory_of_[m.rail] = std::move(ids);
@@ -252,6 +253,7 @@ void AgentRails::go(const RailGo& m) {
   // A destination that is the controller is ready for the round already (rig's go() waited).
   // The round may be sent within this call (the kernel took every chunk at once): the work then
   // goes on at once, and waits only if it was not.
+  rail->driven = m.round;
   rails_.go(*rail, m.round, rail->link != controller_, "controller");
   if (rail->counts->sent().get() < m.round) under_way_.push_back({m.rail, m.round, false});
 }
@@ -260,7 +262,14 @@ void AgentRails::expect(const RailExpect& m) {
   if (shut_) return;
   HeldRail* rail = held(m.rail, "RAIL_EXPECT", false);
   if (rail == nullptr) return;
-  if (rail->counts->arrived().get() >= m.round) return;
+  rail->driven = std::max(rail->driven, m.round);
+  if (const std::uint64_t arrived = rail->counts->arrived().get(); arrived >= m.round) {
+    // Its count may be waiting for a later write: the controller waits for it now.
+    if (controller_ != nullptr && controller_->state() == Connection::State::open) {
+      controller_->send(RailCount{m.rail, RailCount::arrived, arrived});
+    }
+    return;
+  }
   under_way_.push_back({m.rail, m.round, true});
   rails_.say_ready(*rail, m.round);
 }
@@ -290,7 +299,13 @@ void AgentRails::moved(HeldRail& rail, std::uint64_t round, bool arrived) {
   // controller itself).
   if (controller_ != nullptr && controller_->state() == Connection::State::open &&
       (!arrived || rail.link != controller_)) {
-    controller_->send(RailCount{rail.id, arrived ? RailCount::arrived : RailCount::sent, round});
+    const RailCount count{rail.id, arrived ? RailCount::arrived : RailCount::sent, round};
+    // The controller waits for the rounds it started; of host code's it only keeps the count.
+    if (round <= rail.driven) {
+      controller_->send(count);
+    } else {
+      controller_->send_lazy(count);
+    }
   }
   const auto done = [&](const UnderWay& u) {
     return u.rail == rail.id && u.arrived == arrived && round >= u.round;

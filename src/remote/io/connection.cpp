@@ -56,6 +56,7 @@ Connection::~Connection() {
   // The owner destroys a connection only after on_closed, or a reactor tears down without running
   // (then the transport's handle was never started, or the loop's close reclaims it).
   if (ticker_ != 0) reactor_.remove_ticker(ticker_);
+  *self_ = nullptr;
 }
 
 void Connection::dial(const sockaddr* address, Handshake hs) {
@@ -318,6 +319,24 @@ void Connection::send(const Message& m) {
   write_buffers(std::move(bytes), {}, nullptr);
 }
 
+void Connection::send_lazy(const Message& m) {
+  if (state_ != State::open) return;
+  encode(m, lazy_);
+  if (lazy_flush_queued_) return;
+  lazy_flush_queued_ = true;
+  reactor_.when_idle([self = self_] {
+    if (Connection* c = *self) {
+      c->lazy_flush_queued_ = false;
+      guard([&] { c->flush_lazy(); }, [c](const std::string& what) { c->thrown(what); });
+    }
+  });
+}
+
+void Connection::flush_lazy() {
+  if (state_ != State::open || lazy_.empty()) return;
+  write_buffers({}, {}, nullptr);
+}
+
 void Connection::send_gather(std::span<const std::uint8_t> head,
                              std::span<const std::uint8_t> payload, std::function<void()> done) {
   if (state_ != State::open) {
@@ -354,7 +373,11 @@ void Connection::send_pieces(Bytes owned, std::span<const Piece> pieces,
 void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
                                std::function<void()> done) {
   slices_.clear();
-  if (pieces.empty()) slices_.push_back({owned.data(), owned.size()});
+  // What send_lazy held goes first: news that could wait rides on this write.
+  Bytes lazy = std::move(lazy_);
+  lazy_.clear();
+  if (!lazy.empty()) slices_.push_back({lazy.data(), lazy.size()});
+  if (pieces.empty() && !owned.empty()) slices_.push_back({owned.data(), owned.size()});
   for (const Piece& piece : pieces) {
     slices_.push_back(
         {piece.external != nullptr ? piece.external : owned.data() + piece.offset, piece.bytes});
@@ -376,7 +399,7 @@ void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
     return;
   }
   // Moving the vector keeps its buffer where it is, so the slices still point at the right bytes.
-  writes_.push_back({std::move(owned), std::move(done), final_message});
+  writes_.push_back({std::move(owned), std::move(done), final_message, std::move(lazy)});
   if (writes_.size() == 1 && sending_watch_) sending_watch_(true);
   liveness_.backlog(now);
 }
@@ -518,6 +541,10 @@ void Connection::end(const std::optional<Message>& final_message) {
   }
   const bool was_open = state_ == State::open;
   ended_ms_ = reactor_.now_ms();
+  if (was_open && !final_message && !lazy_.empty()) {
+    flush_lazy();
+    if (state_ != State::open) return;  // the write failed and closed the connection
+  }
   if (was_open && final_message) {
     Bytes bytes;
     encode(*final_message, bytes);

@@ -93,6 +93,11 @@ class Connection final : private TransportEvents {
 
   // Queues `m` behind everything queued before it. Only while open.
   void send(const Message& m);
+  // Sends `m` in this connection's next write, or once the loop is idle (Reactor::when_idle),
+  // whichever comes first: for news no peer waits for (a rail's count of rounds host code
+  // started), which then costs no write of its own on the way of one a peer does wait for. Only
+  // while open; what is still held when the connection ends goes before its final message.
+  void send_lazy(const Message& m);
   // Queues a frame whose body is `head` followed by `payload`, which is sent from where it lies
   // (scatter-gather) and must stay valid until `done` runs (on the loop thread, once the bytes are
   // handed to the kernel or the connection has given up on them).
@@ -149,6 +154,7 @@ class Connection final : private TransportEvents {
     Bytes owned;
     std::function<void()> done;
     bool final_message;
+    Bytes lazy;  // send_lazy's messages, written before `owned`
   };
 
   // TransportEvents: each runs its body through guard(), a throw becoming thrown().
@@ -176,6 +182,7 @@ class Connection final : private TransportEvents {
   // Writes `pieces` (or all of `owned` when there are none): the socket first, a request for
   // the rest.
   void write_buffers(Bytes owned, std::span<const Piece> pieces, std::function<void()> done);
+  void flush_lazy();  // send_lazy's messages, in a write of their own
   void tick(std::int64_t now_ms);
   void fail(const std::string& cause);
   // Why a handshake that did not finish in time failed: what it still lacked.
@@ -206,6 +213,10 @@ class Connection final : private TransportEvents {
   std::size_t last_backlog_ = 0;
   std::uint64_t last_acked_ = 0;
   bool final_message_pending_ = false;
+  Bytes lazy_;                      // send_lazy's messages, for the next write
+  bool lazy_flush_queued_ = false;  // a flush_lazy is queued with the reactor
+  // Cleared when this goes, for the reactor's work that outlives it.
+  std::shared_ptr<Connection*> self_ = std::make_shared<Connection*>(this);
   bool peer_ended_ = false;
   bool shutdown_done_ = false;
   bool refused_ = false;          // the handshake was refused: closed once the verdict has gone

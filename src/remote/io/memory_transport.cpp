@@ -157,6 +157,7 @@ void MemoryTransport::append(std::vector<Slice>& slices) {
 
 int MemoryTransport::write(std::span<const Slice> slices) {
   if (close_requested_ || shutdown_requested_) return UV_EPIPE;
+  ++writes_;
   MemoryDirection& out = link_->to[side_];
   std::vector<Slice> rest;
   std::size_t bytes = 0;

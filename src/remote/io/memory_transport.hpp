@@ -91,6 +91,8 @@ class MemoryTransport final : public Transport {
   void follow_process(const bool* stopped) noexcept { stopped_ = stopped; }
   // Every byte this end has handed to the direction toward its peer.
   std::uint64_t bytes_sent() const noexcept;
+  // How many writes its user made (each one system call over TCP).
+  std::uint64_t writes() const noexcept { return writes_; }
 
  private:
   struct Link;
@@ -130,7 +132,8 @@ class MemoryTransport final : public Transport {
   bool closed_ = false;
   std::deque<PendingWrite> pending_;
   std::size_t pending_bytes_ = 0;
-  std::size_t done_unreported_ = 0;  // writes handed on whose on_written is still to come
+  std::size_t done_unreported_ = 0;
+  std::uint64_t writes_ = 0;  // writes handed on whose on_written is still to come
 
   friend class MemoryNetwork;
 };

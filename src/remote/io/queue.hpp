@@ -32,6 +32,11 @@ class MpscQueue {
     prev->next.store(node, std::memory_order_release);
   }
 
+  // Whether nothing is queued, not even half pushed. Consumer only; a node found here is one pop()
+  // returns now or, if its push is half done, very soon.
+  bool empty() const noexcept {
+    return tail_ == &sentinel_ && head_.load(std::memory_order_acquire) == &sentinel_;
+  }
   // The oldest node, or nullptr if the queue is empty or a push is half done.
   QueueNode* pop() noexcept {
     QueueNode* tail = tail_;

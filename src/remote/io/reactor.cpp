@@ -43,6 +43,8 @@ Reactor::Reactor(const Clock& clock, std::int64_t tick_ms)
   spin_.data = this;
   check_uv(uv_idle_init(&loop_, &soon_idle_), "uv_idle_init");
   soon_idle_.data = this;
+  check_uv(uv_prepare_init(&loop_, &idle_check_), "uv_prepare_init");
+  idle_check_.data = this;
   const auto period = static_cast<std::uint64_t>(std::max<std::int64_t>(tick_ms, 1));
   check_uv(uv_timer_start(&tick_, on_tick, period, period), "uv_timer_start");
 }
@@ -55,6 +57,7 @@ Reactor::~Reactor() {
     uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&soon_idle_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&idle_check_), nullptr);
     uv_run(&loop_, UV_RUN_DEFAULT);
   }
   uv_loop_close(&loop_);
@@ -62,7 +65,10 @@ Reactor::~Reactor() {
 
 void Reactor::post(Command* command) noexcept {
   queue_.push(command);
-  uv_async_send(&async_);
+  // With the fence in on_spin: either the loop's last look at the queue finds this command, or
+  // this sees that the loop no longer polls.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!polling_.load(std::memory_order_relaxed)) uv_async_send(&async_);
 }
 
 void Reactor::run() {
@@ -89,18 +95,32 @@ void Reactor::stop() noexcept {
   uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&soon_idle_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&idle_check_), nullptr);
   soon_.clear();
+  idle_work_.clear();
 }
 
 void Reactor::note_activity() noexcept {
   if (spin_ns_ == 0 || stopping_) return;
   spin_until_ns_ = uv_hrtime() + spin_ns_;
-  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&spin_))) uv_idle_start(&spin_, on_spin);
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&spin_))) {
+    polling_.store(true, std::memory_order_relaxed);
+    uv_idle_start(&spin_, on_spin);
+  }
 }
 
 void Reactor::on_spin(uv_idle_t* handle) noexcept {
   auto* r = static_cast<Reactor*>(handle->data);
+  // Posters do not wake a polling loop: it looks at the queue itself, every turn.
+  if (!r->queue_.empty()) r->drain_commands();
   if (uv_hrtime() >= r->spin_until_ns_) {
+    r->polling_.store(false, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!r->queue_.empty()) {
+      // Posted as the polling ended, without a wake-up: poll on.
+      r->polling_.store(true, std::memory_order_relaxed);
+      return;
+    }
     uv_idle_stop(handle);  // the loop sleeps in epoll again from its next turn
     return;
   }
@@ -118,13 +138,42 @@ void Reactor::soon(std::function<void()> fn) {
   }
 }
 
+void Reactor::when_idle(std::function<void()> fn) {
+  if (stopping_) return;
+  if (idle_work_.empty()) idle_due_ns_ = uv_hrtime() + idle_work_delay_us * 1000;
+  idle_work_.push_back(std::move(fn));
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&idle_check_))) {
+    uv_prepare_start(&idle_check_, on_prepare);
+  }
+}
+
 bool Reactor::run_soon() {
-  if (soon_.empty()) return false;
+  const bool any = !soon_.empty() || !idle_work_.empty();
   // What these queue runs on the turn after.
   std::vector<std::function<void()>> due;
   due.swap(soon_);
   for (auto& fn : due) fn();
-  return true;
+  run_idle_work();
+  return any;
+}
+
+void Reactor::run_idle_work() {
+  std::vector<std::function<void()>> due;
+  due.swap(idle_work_);
+  for (auto& fn : due) fn();
+}
+
+void Reactor::on_prepare(uv_prepare_t* handle) noexcept {
+  // Just before the loop polls: with no handle that keeps it polling, the poll may sleep.
+  auto* r = static_cast<Reactor*>(handle->data);
+  const bool polls = uv_is_active(reinterpret_cast<uv_handle_t*>(&r->spin_)) ||
+                     uv_is_active(reinterpret_cast<uv_handle_t*>(&r->soon_idle_));
+  if (polls && uv_hrtime() < r->idle_due_ns_) return;
+  r->run_idle_work();
+  // What ran may have queued more (when_idle set its time then).
+  if (r->idle_work_.empty() && !uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
+    uv_prepare_stop(handle);
+  }
 }
 
 void Reactor::on_soon(uv_idle_t* handle) noexcept {

@@ -39,7 +39,9 @@ class Reactor {
   Reactor& operator=(const Reactor&) = delete;
 
   // Hands `command` to the loop thread: a wait-free push and uv_async_send, both
-  // async-signal-safe; no lock, no allocation.
+  // async-signal-safe; no lock, no allocation. While the loop polls (note_activity) it looks at
+  // the queue on every turn, so the wake-up (a write to an eventfd, and the loop's read of it) is
+  // left out.
   void post(Command* command) noexcept;
 
   // Runs the loop on this thread until stop() and until every handle has closed.
@@ -72,9 +74,14 @@ class Reactor {
   // writes. `fn` must not throw (callers guard their bodies). What is queued when the reactor
   // stops is dropped. Loop thread.
   void soon(std::function<void()> fn);
-  // Runs what soon() queued before this call; whether there was any. The loop does this once a
-  // turn; a test that drives a reactor by hand, with no loop, calls it between its steps. Loop
-  // thread.
+  // Runs `fn` once the loop is about to sleep (it has nothing to poll for), and at the latest on
+  // its first turn idle_work_delay_us after this call: for work that may wait a little (news no
+  // peer is waiting for), so that what a peer does wait for goes first, and several such pieces go
+  // together. `fn` must not throw. What is queued when the reactor stops is dropped. Loop thread.
+  void when_idle(std::function<void()> fn);
+  // Runs what soon() and when_idle() queued before this call; whether there was any. The loop
+  // does this itself; a test that drives a reactor by hand, with no loop (so always as good as
+  // idle), calls it between its steps. Loop thread.
   bool run_soon();
 
   // Whether the caller is on the loop thread.
@@ -91,6 +98,8 @@ class Reactor {
   static void on_tick(uv_timer_t* handle) noexcept;
   static void on_spin(uv_idle_t* handle) noexcept;
   static void on_soon(uv_idle_t* handle) noexcept;
+  static void on_prepare(uv_prepare_t* handle) noexcept;
+  void run_idle_work();
   void drain_commands();
 
   const Clock& clock_;
@@ -100,8 +109,14 @@ class Reactor {
   uv_idle_t spin_{};  // active while the loop polls after activity: libuv then polls, never sleeps
   std::uint64_t spin_ns_;            // how long it polls after activity (0: never)
   std::uint64_t spin_until_ns_ = 0;  // uv_hrtime() at which the polling stops
+  // Set while spin_ is active: posters leave out uv_async_send. Cleared before the loop's last
+  // look at the queue, so that a post either sees it clear or is found by that look.
+  std::atomic<bool> polling_{false};
   uv_idle_t soon_idle_{};  // active while soon_ holds work: its turn's poll does not sleep
   std::vector<std::function<void()>> soon_;
+  uv_prepare_t idle_check_{};  // active while idle_work_ holds work: before each poll, is it due?
+  std::vector<std::function<void()>> idle_work_;
+  std::uint64_t idle_due_ns_ = 0;  // uv_hrtime() by which idle_work_'s oldest runs
   MpscQueue queue_;
   bool stopping_ = false;
   std::atomic<std::uint64_t> loop_thread_{0};

@@ -269,7 +269,12 @@ void Rails::on_data(Connection& from, std::size_t bytes, const std::uint8_t* at)
   rail.counts->arrived().publish(in.round);
   rail.counts->sent().publish(in.round);
   if (rail.link->state() == Connection::State::open) {
-    rail.link->send(RailCount{rail.id, RailCount::arrived, in.round});
+    const RailCount count{rail.id, RailCount::arrived, in.round};
+    if (rail.source_waits || in.round <= rail.driven) {
+      rail.link->send(count);
+    } else {
+      rail.link->send_lazy(count);
+    }
   }
   if (events_.arrived) events_.arrived(rail, in.round);
 }

@@ -43,6 +43,12 @@ struct HeldRail {
   // The number of the last round given out here, by RAIL_GO or by host code (rig_rail_go).
   std::atomic<std::uint64_t> numbered{0};
   bool ending = false;  // RAIL_END is queued behind the last round
+  // The last round the controller started here (RAIL_GO at a source, RAIL_EXPECT at a
+  // destination): the controller waits for the counts of rounds up to it, so they go at once;
+  // those of rounds host code started ride on a later write (Connection::send_lazy).
+  std::uint64_t driven = 0;
+  // Destination: the source is the controller, which waits for every arrival.
+  bool source_waits = false;
   // Destination: the next bytes due (of round arrived + 1).
   std::uint32_t due_part = 0;
   std::uint64_t due_offset = 0;

@@ -480,3 +480,49 @@ TEST_CASE("connection: a stranger refused for garbage hears why and is closed at
   p.dialer->close();
   net.pump();
 }
+
+TEST_CASE(
+    "connection: send_lazy's message rides on the next write, or goes once the loop is idle") {
+  SUBCASE("the next write carries it, before its own message, in one write") {
+    Ends j;
+    const std::uint64_t writes = j.ctl_end->writes();
+    j.ctl->send_lazy(RailCount{1, RailCount::arrived, 7});
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven");  // held: nothing written
+    CHECK(j.ctl_end->writes() == writes);
+    j.ctl->send(Free{3});
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven | RAIL_COUNT | FREE");
+    CHECK(j.ctl_end->writes() == writes + 1);
+    // Nothing left to flush once the loop is idle.
+    j.reactor.run_soon();
+    j.net.pump();
+    CHECK(j.ctl_end->writes() == writes + 1);
+  }
+  SUBCASE("with no other write, the loop's idle moment sends every held message in one write") {
+    Ends j;
+    const std::uint64_t writes = j.ctl_end->writes();
+    j.ctl->send_lazy(RailCount{1, RailCount::arrived, 7});
+    j.ctl->send_lazy(RailCount{1, RailCount::arrived, 8});
+    CHECK(j.reactor.run_soon());
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven | RAIL_COUNT | RAIL_COUNT");
+    CHECK(j.ctl_end->writes() == writes + 1);
+  }
+  SUBCASE("an end with no final message sends what is held before the half-close") {
+    Ends j;
+    j.ctl->send_lazy(RailCount{1, RailCount::arrived, 7});
+    j.ctl->end(std::nullopt);
+    j.finish();
+    CHECK(j.agent_owner.text().rfind("proven | RAIL_COUNT", 0) == 0);
+  }
+  SUBCASE("a connection gone before the loop is idle: its held message goes nowhere, harmlessly") {
+    Ends j;
+    j.ctl->send_lazy(RailCount{1, RailCount::arrived, 7});
+    j.ctl->close_now();
+    j.net.pump();
+    j.ctl.reset();
+    CHECK(j.reactor.run_soon());  // the queued flush finds the connection gone
+    j.finish();
+  }
+}

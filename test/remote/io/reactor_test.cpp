@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -198,4 +199,49 @@ TEST_CASE(
   CHECK(by_hand.run_soon());
   CHECK(ran == 2);
   CHECK_FALSE(by_hand.run_soon());
+}
+
+namespace {
+
+struct Flag final : Command {
+  std::atomic<int> runs{0};
+  bool stop = false;
+  void run(Reactor& r) noexcept override {
+    runs.fetch_add(1, std::memory_order_release);
+    if (stop) r.stop();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("post() while the loop polls leaves out the wake-up, and no post is ever missed") {
+  // Posts spaced from 0 to 250 us apart straddle the end of the loop's 100 us poll after each
+  // command: a post that skipped the wake-up as the poll ended would wait forever.
+  ManualClock clock;
+  Reactor reactor(clock, 50);
+  std::thread loop([&] { reactor.run(); });
+  Flag flag;
+  int missed = 0;
+  constexpr int posts = 3000;
+  for (int i = 0; i < posts && missed == 0; ++i) {
+    reactor.post(&flag);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (flag.runs.load(std::memory_order_acquire) != i + 1) {
+      if (std::chrono::steady_clock::now() >= until) {
+        missed = i + 1;
+        break;
+      }
+      std::this_thread::yield();
+    }
+    const auto gap = std::chrono::microseconds((i * 37) % 251);
+    const auto resume = std::chrono::steady_clock::now() + gap;
+    while (std::chrono::steady_clock::now() < resume) {
+    }
+  }
+  CHECK_MESSAGE(missed == 0, "post ", missed, " did not run within 2 s");
+  Flag stop;
+  stop.stop = true;
+  reactor.post(&stop);
+  loop.join();
+  if (missed == 0) CHECK(flag.runs.load() == posts);
 }
