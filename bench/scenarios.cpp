@@ -531,11 +531,13 @@ nlohmann::json rail_wire_bytes(std::size_t bytes) {
           {"count", count.size()}};
 }
 
-// Rounds of `size` in flight: rail_window, or as many as go() lets through without waiting for
-// flow control (it waits while more than inflight_bytes_max are in flight), and at least one. A
-// go() that waited would move the time of the rounds before it into the sample after them.
+// Rounds of `size` in flight: rail_window, or half as many as go() lets through without waiting
+// for flow control (it waits while more than inflight_bytes_max are in flight, the frames' own
+// bytes counted too), and at least one. A go() that waited would move the time of the rounds
+// before it into the sample after them: at 1 MiB, with a window of inflight_bytes_max exactly,
+// the rounds arrived while go() waited and the samples after read hundreds of GB/s.
 std::uint64_t rail_window_at(std::uint64_t size, std::uint64_t window_max) {
-  return std::clamp<std::uint64_t>(rig::remote::inflight_bytes_max / size, 1, window_max);
+  return std::clamp<std::uint64_t>(rig::remote::inflight_bytes_max / 2 / size, 1, window_max);
 }
 
 // GB/s of rounds of each size of one transfer from `from` into `to` (host buffers of the largest

@@ -56,6 +56,9 @@ inline constexpr std::size_t chunk_bytes = 1 * MiB;
 // fixed table, so that a child of fork can raise them all: job/rail_count.hpp).
 inline constexpr std::size_t rail_transfers_max = 4096;
 inline constexpr std::size_t rails_max = 4096;
+// The most pieces one write of a link's rail rounds gathers (a header and the bytes of each
+// chunk): 64 small rounds in one system call, well inside the kernel's 1024 iovecs a writev.
+inline constexpr std::size_t rail_write_pieces_max = 128;
 // A program sent to an agent: as large as a rig.program file may be read.
 inline constexpr std::uint64_t program_bytes_max = 4ull * 1024 * MiB;
 

@@ -302,7 +302,7 @@ void AgentRails::moved(HeldRail& rail, std::uint64_t round, bool arrived) {
     const RailCount count{rail.id, arrived ? RailCount::arrived : RailCount::sent, round};
     // The controller waits for the rounds it started; of host code's it only keeps the count.
     if (round <= rail.driven) {
-      controller_->send(count);
+      controller_->send_soon(count);
     } else {
       controller_->send_lazy(count);
     }

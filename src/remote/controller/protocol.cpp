@@ -440,8 +440,9 @@ void ControllerProtocol::go_rail(std::uint32_t id, std::uint64_t round, rig::det
   KeptRail& rail = it->second;
   rail.rounds.emplace_back(round, std::move(work));
   const RailPlan& plan = rail.plan;
+  // A burst of go() calls the loop took in one turn goes in one write per connection.
   const auto to_member = [&](std::size_t member, const Message& m) {
-    if (Connection* c = member_connection(member)) c->send(m);
+    if (Connection* c = member_connection(member)) c->send_soon(m);
   };
   // The destination first, so that its RAIL_READY is on its way as the source reaches the round.
   if (plan.destination != RailPlan::controller) to_member(plan.destination, RailExpect{id, round});

@@ -332,6 +332,19 @@ void Connection::send_lazy(const Message& m) {
   });
 }
 
+void Connection::send_soon(const Message& m) {
+  if (state_ != State::open) return;
+  encode(m, lazy_);
+  if (soon_flush_queued_) return;
+  soon_flush_queued_ = true;
+  reactor_.soon([self = self_] {
+    if (Connection* c = *self) {
+      c->soon_flush_queued_ = false;
+      guard([&] { c->flush_lazy(); }, [c](const std::string& what) { c->thrown(what); });
+    }
+  });
+}
+
 void Connection::flush_lazy() {
   if (state_ != State::open || lazy_.empty()) return;
   write_buffers({}, {}, nullptr);

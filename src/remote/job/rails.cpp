@@ -91,7 +91,7 @@ void Rails::end(HeldRail& rail) {
 
 void Rails::say_ready(HeldRail& rail, std::uint64_t round) {
   if (raised_ || rail.link->state() != Connection::State::open) return;
-  rail.link->send(RailReady{rail.id, round});
+  rail.link->send_soon(RailReady{rail.id, round});
 }
 
 void Rails::pump(Connection* link) {
@@ -100,47 +100,59 @@ void Rails::pump(Connection* link) {
   Outgoing& o = it->second;
   if (o.pumping) return;
   o.pumping = true;
-  // One chunk at a time is handed to the connection, the next once the kernel has taken it: a
-  // message sent meanwhile waits behind at most one chunk. A chunk taken at once (the reader
-  // keeps up) has the next go on the loop's next turn, so that a round of gigabytes does not keep
-  // the loop from this process's other sockets until its last byte.
+  // One write at a time is handed to the connection, the next once the kernel has taken it: a
+  // message sent meanwhile waits behind at most one chunk's bytes. A write gathers rounds up to
+  // chunk_bytes, so small rounds cost a system call per chunk's worth, not one each. A write
+  // taken at once (the reader keeps up) has the next go on the loop's next turn, so that a round
+  // of gigabytes does not keep the loop from this process's other sockets until its last byte.
   while (!raised_ && !o.items.empty() && link->state() == Connection::State::open && !o.in_flight) {
-    const Outgoing::Item item = o.items.front();
-    HeldRail& rail = *item.rail;
-    if (item.round == 0) {
-      o.items.pop_front();
-      link->send(RailEnd{rail.id});
-      if (events_.ended) events_.ended(rail);
-      drop(rail.id);
-      continue;
-    }
-    const std::span<std::byte> part = rail.parts[o.part];
-    const std::size_t n =
-        static_cast<std::size_t>(std::min<std::uint64_t>(chunk_bytes, part.size() - o.offset));
     Bytes owned;
-    encode(RailChunk{rail.id, item.round, o.part, o.offset}, owned);
-    const std::size_t header = owned.size();
-    owned.resize(header + frame_header_bytes);
-    write_frame_header(
-        std::span<std::uint8_t, frame_header_bytes>(owned.data() + header, frame_header_bytes),
-        RailData::type, n);
-    const Connection::Piece pieces[] = {
-        {nullptr, 0, owned.size()},
-        {reinterpret_cast<const std::uint8_t*>(part.data()) + o.offset, 0, n}};
-    o.offset += n;
-    if (o.offset == part.size()) {
-      ++o.part;
-      o.offset = 0;
+    std::vector<Connection::Piece> pieces;
+    std::vector<Outgoing::Item> finished;  // rounds whose last bytes this write carries
+    std::size_t data = 0;
+    while (!o.items.empty() && data < chunk_bytes && pieces.size() + 2 <= rail_write_pieces_max) {
+      const Outgoing::Item item = o.items.front();
+      HeldRail& rail = *item.rail;
+      if (item.round == 0) {
+        o.items.pop_front();
+        const std::size_t at = owned.size();
+        encode(RailEnd{rail.id}, owned);
+        pieces.push_back({nullptr, at, owned.size() - at});
+        if (events_.ended) events_.ended(rail);
+        drop(rail.id);  // the write holds what it still sends from (item.rail's keep)
+        finished.push_back(item);
+        continue;
+      }
+      const std::span<std::byte> part = rail.parts[o.part];
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(chunk_bytes, part.size() - o.offset));
+      // Chunks are cut as they always are; a write takes only whole ones, at most a chunk's worth.
+      if (data != 0 && data + n > chunk_bytes) break;
+      const std::size_t at = owned.size();
+      encode(RailChunk{rail.id, item.round, o.part, o.offset}, owned);
+      const std::size_t header = owned.size();
+      owned.resize(header + frame_header_bytes);
+      write_frame_header(
+          std::span<std::uint8_t, frame_header_bytes>(owned.data() + header, frame_header_bytes),
+          RailData::type, n);
+      pieces.push_back({nullptr, at, owned.size() - at});
+      pieces.push_back({reinterpret_cast<const std::uint8_t*>(part.data()) + o.offset, 0, n});
+      data += n;
+      o.offset += n;
+      if (o.offset == part.size()) {
+        ++o.part;
+        o.offset = 0;
+      }
+      if (o.part == rail.parts.size()) {
+        o.items.pop_front();
+        o.part = 0;
+        finished.push_back(item);
+      }
     }
-    const bool last = o.part == rail.parts.size();
-    if (last) {
-      o.items.pop_front();
-      o.part = 0;
-    }
-    o.in_flight = true;  // cleared by chunk_written, which may run inside send_pieces
+    o.in_flight = true;  // cleared by written, which may run inside send_pieces
     link->send_pieces(std::move(owned), pieces,
-                      [self = self_, link, rail = item.rail, round = item.round, last] {
-                        if (*self != nullptr) (*self)->chunk_written(link, rail, round, last);
+                      [self = self_, link, finished = std::move(finished)] {
+                        if (*self != nullptr) (*self)->written(link, finished);
                       });
     if (!o.in_flight && !o.items.empty()) {
       pump_soon(link, o);
@@ -165,13 +177,13 @@ void Rails::pump_soon(Connection* link, Outgoing& o) {
   });
 }
 
-void Rails::chunk_written(Connection* link, std::shared_ptr<HeldRail> rail, std::uint64_t round,
-                          bool last) {
+void Rails::written(Connection* link, const std::vector<Outgoing::Item>& finished) {
   if (raised_) return;
   if (auto it = outgoing_.find(link); it != outgoing_.end()) it->second.in_flight = false;
-  if (last) {
-    rail->counts->sent().publish(round);
-    if (events_.sent) events_.sent(*rail, round);
+  for (const Outgoing::Item& item : finished) {
+    if (item.round == 0) continue;  // a RAIL_END
+    item.rail->counts->sent().publish(item.round);
+    if (events_.sent) events_.sent(*item.rail, item.round);
   }
   pump(link);
 }
@@ -271,7 +283,7 @@ void Rails::on_data(Connection& from, std::size_t bytes, const std::uint8_t* at)
   if (rail.link->state() == Connection::State::open) {
     const RailCount count{rail.id, RailCount::arrived, in.round};
     if (rail.source_waits || in.round <= rail.driven) {
-      rail.link->send(count);
+      rail.link->send_soon(count);
     } else {
       rail.link->send_lazy(count);
     }

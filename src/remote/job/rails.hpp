@@ -148,8 +148,8 @@ class Rails {
   void release_ready(HeldRail& rail);
   void pump(Connection* link);
   void pump_soon(Connection* link, Outgoing& o);
-  void chunk_written(Connection* link, std::shared_ptr<HeldRail> rail, std::uint64_t round,
-                     bool last);
+  // A write of the link's rounds has gone to the kernel (or the connection gave up on it).
+  void written(Connection* link, const std::vector<Outgoing::Item>& finished);
   void place(Connection& from, std::size_t bytes, const std::uint8_t* at);
   HeldRail* held_on(Connection& from, std::uint32_t id, std::string_view message, bool source);
   void bad(Connection& from, const std::string& what);
