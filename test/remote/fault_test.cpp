@@ -32,6 +32,7 @@
 #include "remote/wire/codec.hpp"
 #include "remote/wire/frame.hpp"
 #include "rig/remote.hpp"
+#include "support/fork_checks.hpp"
 #include "support/holdings.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/wire_peer.hpp"
@@ -175,48 +176,24 @@ TEST_CASE("a child of fork never uses its parent's job; the parent's goes on") {
   REQUIRE(sims.ok());
   const rig::Device sim = sims->front();
   const rig::Buffer before = rig::Buffer::make(sim, 4096);
-  const std::string forked =
-      "this process is a child of the job's controller (fork): the job's connections belong to "
-      "the parent";
-  const pid_t child = fork();
-  if (child == 0) {
-    // Anything that hangs here fails the test instead of holding it.
-    alarm(10);
-    // In the child every host and proxy of the job is lost from the start, with the fork's text,
-    // and no use of one reaches the parent's loop or sockets.
-    int wrong = 0;
-    auto check = [&](bool ok, const char* what) {
-      if (ok) return;
-      std::fprintf(stderr, "in the child of fork: %s\n", what);
-      ++wrong;
-    };
-    auto expect_lost = [&](auto&& use, const char* what) {
-      try {
-        use();
-        check(false, what);
-      } catch (const rig::Lost& e) {
-        check(std::string(e.what()) == forked, what);
-      }
-    };
-    check(job->failed() == forked, "failed()");
-    check(rig::failure(host) == forked && rig::failure(sim) == forked, "the devices' failure()");
-    expect_lost([&] { (void)rig::Buffer::make(host, 64); }, "a buffer on the host");
-    expect_lost([&] { (void)rig::Buffer::make(sim, 64); }, "a buffer on the proxy");
-    expect_lost([&] { host.wait(rig::submit(host, std::span<const rig::Part>{})); }, "a submit");
+  // In the child every host and proxy of the job is lost from the start, with the fork's text, and
+  // no use of one reaches the parent's loop or sockets.
+  rig::test::in_fork_child([&](rig::test::ChildChecks& c) {
+    const std::string forked = rig::test::forked_text;
+    c.check(job->failed() == forked, "failed()");
+    c.check(rig::failure(host) == forked && rig::failure(sim) == forked, "the devices' failure()");
+    c.expect_lost([&] { (void)rig::Buffer::make(host, 64); }, "a buffer on the host");
+    c.expect_lost([&] { (void)rig::Buffer::make(sim, 64); }, "a buffer on the proxy");
+    c.expect_lost([&] { host.wait(rig::submit(host, std::span<const rig::Part>{})); }, "a submit");
     std::vector<std::uint8_t> bytes(4096, 7);
-    expect_lost(
+    c.expect_lost(
         [&] {
           rig::copy(before, 0, rig::Buffer::borrow(bytes.data(), bytes.size()), 0, 4096).wait();
         },
         "a copy");
-    check(!rig::remote::devices(host, "SIM").ok(), "devices()");
+    c.check(!rig::remote::devices(host, "SIM").ok(), "devices()");
     job->close();
-    _exit(wrong);
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  REQUIRE(WIFEXITED(status));  // not ended by the alarm: nothing in the child waited for ever
-  CHECK(WEXITSTATUS(status) == 0);
+  });
   // The parent's job goes on: a round trip, a copy there and back, then an orderly close.
   CHECK_FALSE(job->failed().has_value());
   host.wait(rig::submit(host, std::span<const rig::Part>{}));

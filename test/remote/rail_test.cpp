@@ -26,6 +26,7 @@
 #include "rig/program.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
+#include "support/fork_checks.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/kernels.hpp"
 
@@ -727,40 +728,13 @@ TEST_CASE("a child of fork sees its parent's rails raised and lost; the parent's
   REQUIRE(rail.ok());
   CHECK(rail->go() == 1);
   rail->wait_arrived(1);
-  const std::string forked =
-      "this process is a child of the job's controller (fork): the job's connections belong to "
-      "the parent";
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    alarm(10);  // anything that waits for ever here fails the test instead of holding it
-    int wrong = 0;
-    auto check = [&](bool ok, const char* what) {
-      if (ok) return;
-      std::fprintf(stderr, "in the child of fork: %s\n", what);
-      ++wrong;
-    };
-    auto expect_lost = [&](auto&& use, const char* what) {
-      try {
-        use();
-        check(false, what);
-      } catch (const rig::Lost& e) {
-        check(std::string(e.what()) == forked, what);
-      } catch (...) {
-        check(false, what);
-      }
-    };
-    check(rail->sent() == rig::remote::rail_raised, "sent()");
-    check(rail->arrived() == rig::remote::rail_raised, "arrived()");
-    expect_lost([&] { (void)rail->go(); }, "go()");
-    expect_lost([&] { rail->wait_sent(2); }, "wait_sent()");
-    expect_lost([&] { rail->wait_arrived(2); }, "wait_arrived()");
-    _exit(wrong);
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  REQUIRE(WIFEXITED(status));  // not ended by the alarm
-  CHECK(WEXITSTATUS(status) == 0);
+  rig::test::in_fork_child([&](rig::test::ChildChecks& c) {
+    c.check(rail->sent() == rig::remote::rail_raised, "sent()");
+    c.check(rail->arrived() == rig::remote::rail_raised, "arrived()");
+    c.expect_lost([&] { (void)rail->go(); }, "go()");
+    c.expect_lost([&] { rail->wait_sent(2); }, "wait_sent()");
+    c.expect_lost([&] { rail->wait_arrived(2); }, "wait_arrived()");
+  });
   // The parent's rail: its counts as they were, and the next rounds carry new bytes.
   CHECK(rail->sent() == 1);
   CHECK(rail->arrived() == 1);

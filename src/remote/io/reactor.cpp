@@ -65,10 +65,10 @@ Reactor::~Reactor() {
 
 void Reactor::post(Command* command) noexcept {
   queue_.push(command);
-  // With the fence in on_spin: either the loop's last look at the queue finds this command, or
-  // this sees that the loop no longer polls.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!polling_.load(std::memory_order_relaxed)) uv_async_send(&async_);
+  // A read-modify-write, as is the loop's clearing in on_spin: if this one comes first, the loop's
+  // synchronizes with it and its last look at the queue finds the command; if the loop's comes
+  // first, this sees that the loop no longer polls and wakes it.
+  if (polling_.fetch_or(0, std::memory_order_acq_rel) == 0) uv_async_send(&async_);
 }
 
 void Reactor::run() {
@@ -104,7 +104,7 @@ void Reactor::note_activity() noexcept {
   if (spin_ns_ == 0 || stopping_) return;
   spin_until_ns_ = uv_hrtime() + spin_ns_;
   if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&spin_))) {
-    polling_.store(true, std::memory_order_relaxed);
+    polling_.store(1, std::memory_order_relaxed);
     uv_idle_start(&spin_, on_spin);
   }
 }
@@ -114,11 +114,10 @@ void Reactor::on_spin(uv_idle_t* handle) noexcept {
   // Posters do not wake a polling loop: it looks at the queue itself, every turn.
   if (!r->queue_.empty()) r->drain_commands();
   if (uv_hrtime() >= r->spin_until_ns_) {
-    r->polling_.store(false, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    r->polling_.exchange(0, std::memory_order_acq_rel);
     if (!r->queue_.empty()) {
       // Posted as the polling ended, without a wake-up: poll on.
-      r->polling_.store(true, std::memory_order_relaxed);
+      r->polling_.store(1, std::memory_order_relaxed);
       return;
     }
     uv_idle_stop(handle);  // the loop sleeps in epoll again from its next turn

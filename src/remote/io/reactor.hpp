@@ -109,9 +109,9 @@ class Reactor {
   uv_idle_t spin_{};  // active while the loop polls after activity: libuv then polls, never sleeps
   std::uint64_t spin_ns_;            // how long it polls after activity (0: never)
   std::uint64_t spin_until_ns_ = 0;  // uv_hrtime() at which the polling stops
-  // Set while spin_ is active: posters leave out uv_async_send. Cleared before the loop's last
+  // 1 while spin_ is active: posters leave out uv_async_send. Cleared before the loop's last
   // look at the queue, so that a post either sees it clear or is found by that look.
-  std::atomic<bool> polling_{false};
+  std::atomic<std::uint32_t> polling_{0};
   uv_idle_t soon_idle_{};  // active while soon_ holds work: its turn's poll does not sleep
   std::vector<std::function<void()>> soon_;
   uv_prepare_t idle_check_{};  // active while idle_work_ holds work: before each poll, is it due?
