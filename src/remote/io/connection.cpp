@@ -337,7 +337,7 @@ void Connection::send_soon(const Message& m) {
   encode(m, lazy_);
   if (soon_flush_queued_) return;
   soon_flush_queued_ = true;
-  reactor_.soon([self = self_] {
+  reactor_.at_turn_end([self = self_] {
     if (Connection* c = *self) {
       c->soon_flush_queued_ = false;
       guard([&] { c->flush_lazy(); }, [c](const std::string& what) { c->thrown(what); });

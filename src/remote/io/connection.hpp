@@ -98,9 +98,10 @@ class Connection final : private TransportEvents {
   // started), which then costs no write of its own on the way of one a peer does wait for. Only
   // while open; what is still held when the connection ends goes before its final message.
   void send_lazy(const Message& m);
-  // Sends `m` in this connection's next write, or on the loop's next turn (Reactor::soon),
-  // whichever comes first: for messages that come in bursts (a round's count per round of a
-  // batch the loop read at once), so that a burst costs one write, not one each.
+  // Sends `m` in this connection's next write, or at the end of the loop's turn
+  // (Reactor::at_turn_end), whichever comes first: for messages that come in bursts (a round's
+  // count per round of a batch the loop read at once), so that a burst costs one write, not one
+  // each.
   void send_soon(const Message& m);
   // Queues a frame whose body is `head` followed by `payload`, which is sent from where it lies
   // (scatter-gather) and must stay valid until `done` runs (on the loop thread, once the bytes are
@@ -219,7 +220,7 @@ class Connection final : private TransportEvents {
   bool final_message_pending_ = false;
   Bytes lazy_;                      // send_lazy's messages, for the next write
   bool lazy_flush_queued_ = false;  // a flush_lazy is queued with the reactor for its idle time
-  bool soon_flush_queued_ = false;  // and for its next turn
+  bool soon_flush_queued_ = false;  // and for the end of its turn
   // Cleared when this goes, for the reactor's work that outlives it.
   std::shared_ptr<Connection*> self_ = std::make_shared<Connection*>(this);
   bool peer_ended_ = false;

@@ -43,6 +43,10 @@ Reactor::Reactor(const Clock& clock, std::int64_t tick_ms)
   spin_.data = this;
   check_uv(uv_idle_init(&loop_, &soon_idle_), "uv_idle_init");
   soon_idle_.data = this;
+  check_uv(uv_check_init(&loop_, &turn_end_), "uv_check_init");
+  turn_end_.data = this;
+  check_uv(uv_prepare_init(&loop_, &turn_end_before_poll_), "uv_prepare_init");
+  turn_end_before_poll_.data = this;
   check_uv(uv_prepare_init(&loop_, &idle_check_), "uv_prepare_init");
   idle_check_.data = this;
   const auto period = static_cast<std::uint64_t>(std::max<std::int64_t>(tick_ms, 1));
@@ -58,6 +62,8 @@ Reactor::~Reactor() {
     uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&soon_idle_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&idle_check_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&turn_end_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&turn_end_before_poll_), nullptr);
     uv_run(&loop_, UV_RUN_DEFAULT);
   }
   uv_loop_close(&loop_);
@@ -96,7 +102,10 @@ void Reactor::stop() noexcept {
   uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&soon_idle_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&idle_check_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&turn_end_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&turn_end_before_poll_), nullptr);
   soon_.clear();
+  turn_end_work_.clear();
   idle_work_.clear();
 }
 
@@ -137,6 +146,34 @@ void Reactor::soon(std::function<void()> fn) {
   }
 }
 
+void Reactor::at_turn_end(std::function<void()> fn) {
+  if (stopping_) return;
+  turn_end_work_.push_back(std::move(fn));
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&turn_end_))) {
+    uv_check_start(&turn_end_, on_turn_end);
+    uv_prepare_start(&turn_end_before_poll_, on_turn_end_before_poll);
+  }
+}
+
+void Reactor::run_turn_end() {
+  std::vector<std::function<void()>> due;
+  due.swap(turn_end_work_);
+  for (auto& fn : due) fn();
+  // What ran may have queued more: it runs at the next of these two points.
+  if (turn_end_work_.empty() && !stopping_) {
+    uv_check_stop(&turn_end_);
+    uv_prepare_stop(&turn_end_before_poll_);
+  }
+}
+
+void Reactor::on_turn_end(uv_check_t* handle) noexcept {
+  static_cast<Reactor*>(handle->data)->run_turn_end();
+}
+
+void Reactor::on_turn_end_before_poll(uv_prepare_t* handle) noexcept {
+  static_cast<Reactor*>(handle->data)->run_turn_end();
+}
+
 void Reactor::when_idle(std::function<void()> fn) {
   if (stopping_) return;
   if (idle_work_.empty()) idle_due_ns_ = uv_hrtime() + idle_work_delay_us * 1000;
@@ -147,11 +184,12 @@ void Reactor::when_idle(std::function<void()> fn) {
 }
 
 bool Reactor::run_soon() {
-  const bool any = !soon_.empty() || !idle_work_.empty();
+  const bool any = !soon_.empty() || !turn_end_work_.empty() || !idle_work_.empty();
   // What these queue runs on the turn after.
   std::vector<std::function<void()>> due;
   due.swap(soon_);
   for (auto& fn : due) fn();
+  run_turn_end();
   run_idle_work();
   return any;
 }

@@ -74,12 +74,18 @@ class Reactor {
   // writes. `fn` must not throw (callers guard their bodies). What is queued when the reactor
   // stops is dropped. Loop thread.
   void soon(std::function<void()> fn);
+  // Runs `fn` at the end of the loop's current turn: once the callbacks of the sockets and
+  // commands it is serving now have run (or before it polls, if queued before its poll). Work
+  // queued so during a burst (a read of many frames, a batch of commands) runs once, after it.
+  // `fn` must not throw. Dropped if the reactor stops first. Loop thread.
+  void at_turn_end(std::function<void()> fn);
   // Runs `fn` once the loop is about to sleep (it has nothing to poll for), and at the latest on
   // its first turn idle_work_delay_us after this call: for work that may wait a little (news no
   // peer is waiting for), so that what a peer does wait for goes first, and several such pieces go
   // together. `fn` must not throw. What is queued when the reactor stops is dropped. Loop thread.
   void when_idle(std::function<void()> fn);
-  // Runs what soon() and when_idle() queued before this call; whether there was any. The loop
+  // Runs what soon(), at_turn_end() and when_idle() queued before this call; whether there was
+  // any. The loop
   // does this itself; a test that drives a reactor by hand, with no loop (so always as good as
   // idle), calls it between its steps. Loop thread.
   bool run_soon();
@@ -99,6 +105,9 @@ class Reactor {
   static void on_spin(uv_idle_t* handle) noexcept;
   static void on_soon(uv_idle_t* handle) noexcept;
   static void on_prepare(uv_prepare_t* handle) noexcept;
+  static void on_turn_end(uv_check_t* handle) noexcept;
+  static void on_turn_end_before_poll(uv_prepare_t* handle) noexcept;
+  void run_turn_end();
   void run_idle_work();
   void drain_commands();
 
@@ -114,6 +123,9 @@ class Reactor {
   std::atomic<std::uint32_t> polling_{0};
   uv_idle_t soon_idle_{};  // active while soon_ holds work: its turn's poll does not sleep
   std::vector<std::function<void()>> soon_;
+  uv_check_t turn_end_{};                // active while turn_end_work_ holds work: after the poll
+  uv_prepare_t turn_end_before_poll_{};  // and before it, for work queued before the poll
+  std::vector<std::function<void()>> turn_end_work_;
   uv_prepare_t idle_check_{};  // active while idle_work_ holds work: before each poll, is it due?
   std::vector<std::function<void()>> idle_work_;
   std::uint64_t idle_due_ns_ = 0;  // uv_hrtime() by which idle_work_'s oldest runs

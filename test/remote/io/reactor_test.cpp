@@ -245,3 +245,38 @@ TEST_CASE("post() while the loop polls leaves out the wake-up, and no post is ev
   loop.join();
   if (missed == 0) CHECK(flag.runs.load() == posts);
 }
+
+namespace {
+
+// A command that queues work for the end of the loop's turn, counting the commands run first.
+struct Queues final : Command {
+  int* commands_run = nullptr;
+  std::vector<int>* seen = nullptr;
+  bool stop = false;
+  void run(Reactor& r) noexcept override {
+    ++*commands_run;
+    r.at_turn_end([this, &r] {
+      seen->push_back(*commands_run);
+      if (stop) r.stop();
+    });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("at_turn_end(): work a batch of commands queued runs once the whole batch has run") {
+  ManualClock clock;
+  Reactor reactor(clock, 50);
+  int commands_run = 0;
+  std::vector<int> seen;
+  std::vector<Queues> batch(3);
+  for (auto& q : batch) {
+    q.commands_run = &commands_run;
+    q.seen = &seen;
+  }
+  batch.back().stop = true;
+  // Posted before the loop runs: one wake-up drains all three, then the turn ends.
+  for (auto& q : batch) reactor.post(&q);
+  reactor.run();
+  CHECK(seen == std::vector<int>{3, 3, 3});
+}
