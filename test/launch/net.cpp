@@ -29,7 +29,8 @@ constexpr const char* netns_dir = "/run/netns";
 constexpr const char* ns_prefix = "riglaunch-";
 constexpr int setup_timeout_ms = 10'000;  // each setup command, and each sshd's first line
 constexpr const char* launcher_address = "198.18.0.254/24";
-const std::vector<std::string> host_addresses = {"198.18.0.1", "198.18.0.2"};
+const std::vector<std::string> host_addresses = {"198.18.0.1", "198.18.0.2", "198.18.0.3"};
+constexpr int slurm_ready_timeout_ms = 30'000;  // slurmctld up and every node idle
 
 // Runs argv to its end; its status and what it printed (stdout and stderr together).
 std::pair<int, std::string> command(const std::vector<std::string>& argv) {
@@ -107,12 +108,21 @@ void remove_leftovers() {
 
 }  // namespace
 
-std::string launch_unavailable() {
-  if (geteuid() != 0) return "needs root (network namespaces, an sshd)";
-  if (access(sshd_path, X_OK) != 0) {
-    return std::string("no ") + sshd_path + " (Debian's openssh-server; tools/deps.sh installs it)";
+std::string launch_unavailable(const std::string& engine) {
+  if (geteuid() != 0) return "needs root (network namespaces, the engines' daemons)";
+  const std::vector<std::pair<std::string, std::string>> needs =
+      engine == "slurm"
+          ? std::vector<std::pair<std::string, std::string>>{{"/usr/sbin/slurmctld", "slurm-wlm"},
+                                                             {"/usr/sbin/slurmd", "slurm-wlm"},
+                                                             {"/usr/bin/srun", "slurm-wlm"},
+                                                             {"/usr/sbin/munged", "munge"}}
+          : std::vector<std::pair<std::string, std::string>>{{sshd_path, "openssh-server"},
+                                                             {"/usr/bin/ssh", "openssh-client"}};
+  for (const auto& [path, package] : needs) {
+    if (access(path.c_str(), X_OK) != 0) {
+      return "no " + path + " (Debian's " + package + "; tools/deps.sh installs it)";
+    }
   }
-  if (access("/usr/bin/ssh", X_OK) != 0) return "no /usr/bin/ssh (openssh-client)";
   const std::string probe = std::string(ns_prefix) + std::to_string(getpid()) + "-probe";
   const auto [status, text] = command({"ip", "netns", "add", probe});
   if (status != 0) return "cannot make a network namespace: " + text;
@@ -120,7 +130,10 @@ std::string launch_unavailable() {
   return {};
 }
 
-Net::Net() : prefix_(std::string(ns_prefix) + std::to_string(getpid()) + "-") {
+Net::Net(Engine engine)
+    : engine_(engine),
+      hosts_(engine == Engine::ssh ? 2 : 3),
+      prefix_(std::string(ns_prefix) + std::to_string(getpid()) + "-") {
   // A setup that fails part way is undone as the destructor would, which does not run then.
   try {
     setup();
@@ -146,7 +159,7 @@ void Net::setup() {
   must({"ip", "-n", l, "link", "add", "br0", "type", "bridge"});
   must({"ip", "-n", l, "addr", "add", launcher_address, "dev", "br0"});
   must({"ip", "-n", l, "link", "set", "br0", "up"});
-  for (std::size_t i = 0; i < host_addresses.size(); ++i) {
+  for (std::size_t i = 0; i < hosts_; ++i) {
     const std::string h = ns("n" + std::to_string(i + 1)), v = "v" + std::to_string(i + 1);
     must({"ip", "netns", "add", h});
     must({"ip", "-n", h, "link", "set", "lo", "up"});
@@ -155,6 +168,14 @@ void Net::setup() {
     must({"ip", "-n", h, "addr", "add", host_addresses[i] + "/24", "dev", "eth0"});
     must({"ip", "-n", h, "link", "set", "eth0", "up"});
   }
+  if (engine_ == Engine::ssh) {
+    start_sshd();
+  } else {
+    start_slurm();
+  }
+}
+
+void Net::start_sshd() {
   // The keys: the hosts' (one for both), the user's, and one no host knows.
   for (const char* key : {"host_key", "id", "stranger_id"}) {
     must({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", key, "-f", dir_ + "/" + key});
@@ -205,7 +226,7 @@ void Net::setup() {
   // sshd refuses to start without its privilege separation directory, which its package's
   // service makes at boot.
   fs::create_directories("/run/sshd");
-  for (std::size_t i = 0; i < host_addresses.size(); ++i) {
+  for (std::size_t i = 0; i < hosts_; ++i) {
     int err[2];
     REQUIRE(pipe2(err, O_CLOEXEC) == 0);
     child::Spec spec;
@@ -233,15 +254,124 @@ void Net::setup() {
   }
 }
 
+// Starts `argv` in the background, its output in the test's directory (`log`), killed if the test
+// dies.
+static pid_t start_daemon(const std::vector<std::string>& argv, const std::string& log) {
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  child::Spec spec;
+  spec.argv = argv;
+  spec.search_path = true;
+  spec.stdin_fd = in;
+  spec.stdout_fd = fd;
+  spec.stderr_fd = fd;
+  spec.parent_death_signal = SIGKILL;
+  auto pid = child::spawn(spec);
+  close(fd);
+  close(in);
+  REQUIRE_MESSAGE(pid, (pid ? "" : pid.error()));
+  return *pid;
+}
+
+void Net::start_slurm() {
+  const std::string conf = dir_ + "/slurm.conf";
+  // munged wants every directory above its socket searchable by all; the files stay private.
+  chmod(dir_.c_str(), 0711);
+  for (const char* sub : {"/state", "/spool"}) fs::create_directory(dir_ + sub);
+  {
+    std::ifstream random("/dev/urandom", std::ios::binary);
+    std::string key(1024, '\0');
+    random.read(key.data(), static_cast<std::streamsize>(key.size()));
+    write_file(dir_ + "/munge.key", key, 0600);
+  }
+  std::string nodes;
+  for (std::size_t i = 0; i < hosts_; ++i) {
+    nodes += "NodeName=n" + std::to_string(i + 1) + " NodeAddr=" + host_addresses[i] +
+             " CPUs=2 State=UNKNOWN\n";
+  }
+  write_file(conf,
+             "ClusterName=riglaunch\n"
+             "SlurmctldHost=ctl(198.18.0.254)\n"
+             "SlurmUser=root\nSlurmdUser=root\n"
+             "AuthType=auth/munge\nCredType=cred/munge\n"
+             "AuthInfo=socket=" +
+                 dir_ +
+                 "/munge.socket\n"
+                 "StateSaveLocation=" +
+                 dir_ +
+                 "/state\n"
+                 "SlurmdSpoolDir=" +
+                 dir_ +
+                 "/spool/%n\n"
+                 "SlurmctldPidFile=" +
+                 dir_ +
+                 "/slurmctld.pid\n"
+                 "SlurmdPidFile=" +
+                 dir_ +
+                 "/slurmd-%n.pid\n"
+                 "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+                 "JobAcctGatherType=jobacct_gather/none\n"
+                 "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+                 "MpiDefault=none\nMailProg=/bin/true\n"
+                 "SlurmdTimeout=10\nReturnToService=2\n" +
+                 nodes + "PartitionName=all Nodes=n[1-" + std::to_string(hosts_) +
+                 "] Default=YES MaxTime=INFINITE State=UP\n",
+             0644);
+  setenv("SLURM_CONF", conf.c_str(), 1);
+  others_.push_back(
+      start_daemon({"munged", "-F", "--key-file=" + dir_ + "/munge.key",
+                    "--socket=" + dir_ + "/munge.socket", "--pid-file=" + dir_ + "/munged.pid",
+                    "--log-file=" + dir_ + "/munged.log", "--seed-file=" + dir_ + "/munge.seed"},
+                   dir_ + "/munged.out"));
+  // slurmctld and each slurmd find themselves by host name: a UTS namespace each (ip netns exec
+  // would remount /sys, which slurmd then trips on).
+  others_.push_back(
+      start_daemon({"nsenter", "--net=" + std::string(netns_dir) + "/" + ns("l"), "unshare",
+                    "--uts", "sh", "-c", "hostname ctl && exec slurmctld -D -i"},
+                   dir_ + "/slurmctld.log"));
+  for (std::size_t i = 0; i < hosts_; ++i) {
+    const std::string n = "n" + std::to_string(i + 1);
+    sshd_.push_back(
+        start_daemon({"nsenter", "--net=" + std::string(netns_dir) + "/" + ns(n), "unshare",
+                      "--uts", "sh", "-c", "hostname " + n + " && exec slurmd -D -N " + n},
+                     dir_ + "/slurmd-" + n + ".log"));
+  }
+  // Slurm says nothing when it is ready: its nodes' state is looked at until all are idle.
+  const auto until = Clock::now() + std::chrono::milliseconds(slurm_ready_timeout_ms);
+  std::string last;
+  for (;;) {
+    const auto [status, text] =
+        command({"nsenter", "--net=" + std::string(netns_dir) + "/" + ns("l"), "sinfo", "-h", "-N",
+                 "-o", "%T"});
+    last = text;
+    std::size_t idle = 0;
+    for (std::size_t at = 0; (at = text.find("idle", at)) != std::string::npos; at += 4) ++idle;
+    if (status == 0 && idle == hosts_) break;
+    REQUIRE_MESSAGE(Clock::now() < until,
+                    "Slurm not ready: sinfo said: " << last << "slurmctld: "
+                                                    << read_file(dir_ + "/slurmctld.log"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+std::vector<std::string> Net::parts() const {
+  std::vector<std::string> out = {"l"};
+  for (std::size_t i = 0; i < hosts_; ++i) out.push_back("n" + std::to_string(i + 1));
+  return out;
+}
+
 void Net::teardown() {
   for (const pid_t pid : sshd_) kill(pid, SIGKILL);
   for (const pid_t pid : sshd_) child::wait_exit(pid);
-  for (const char* part : {"n1", "n2", "l"}) {
+  for (const pid_t pid : others_) kill(pid, SIGKILL);
+  for (const pid_t pid : others_) child::wait_exit(pid);
+  for (const std::string& part : parts()) {
     for (const pid_t pid : in_namespace(ns(part))) kill(pid, SIGKILL);
   }
   for (auto& t : drains_) t.join();
   for (const int fd : sshd_logs_) close(fd);
-  for (const char* part : {"n1", "n2", "l"}) command({"ip", "netns", "del", ns(part)});
+  for (const std::string& part : parts()) command({"ip", "netns", "del", ns(part)});
+  if (engine_ == Engine::slurm) unsetenv("SLURM_CONF");
   std::error_code ec;
   if (!dir_.empty()) fs::remove_all(dir_, ec);
 }
@@ -252,7 +382,8 @@ pid_t Net::start(const std::vector<std::string>& argv, int in_fd, int out_fd, in
   spec.argv.insert(spec.argv.end(), argv.begin(), argv.end());
   spec.search_path = true;
   const char* path = std::getenv("PATH");
-  spec.env = {"PATH=" + dir_ + "/bin:" + (path ? path : "/usr/bin:/bin")};
+  // The C locale: the messages the tests expect from env and srun are their plain ASCII ones.
+  spec.env = {"PATH=" + dir_ + "/bin:" + (path ? path : "/usr/bin:/bin"), "LC_ALL=C"};
   spec.stdin_fd = in_fd;
   spec.stdout_fd = out_fd;
   spec.stderr_fd = err_fd;
@@ -296,7 +427,8 @@ std::vector<pid_t> Net::in_namespace(const std::string& name) const {
 
 std::vector<pid_t> Net::strays() const {
   std::vector<pid_t> found;
-  for (const char* part : {"n1", "n2"}) {
+  for (const std::string& part : parts()) {
+    if (part == "l") continue;
     for (const pid_t pid : in_namespace(ns(part))) {
       if (std::find(sshd_.begin(), sshd_.end(), pid) == sshd_.end()) found.push_back(pid);
     }

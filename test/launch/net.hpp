@@ -11,8 +11,9 @@
 
 namespace rig::test {
 
-// Why this machine cannot run the suite (not root, no sshd, no network namespaces), or nothing.
-std::string launch_unavailable();
+// Why this machine cannot run the tests of `engine` ("ssh", "slurm"): not root, no network
+// namespaces, no sshd, no slurmctld, slurmd or munged; or nothing.
+std::string launch_unavailable(const std::string& engine);
 
 // What a command printed and how it ended.
 struct Ran {
@@ -21,17 +22,20 @@ struct Ran {
   double seconds = 0;  // from its start to its end
 };
 
-// Two hosts, node1 (198.18.0.1) and node2 (198.18.0.2), each a network namespace with an sshd of
-// its own, bridged to a third, the launcher's (198.18.0.254), where rig run and its controller
-// run. There `ssh` is a wrapper that adds the test's ssh_config (host names, the key pair the test
-// made, the host key it made), as a user's ~/.ssh/config would. Owner: one test case; thread: its
-// own (and one that drains each sshd's log); lifetime: the case. The destructor kills every process
-// left in the namespaces, removes them and the test's directory; namespaces that a crashed run
-// left (their pid gone) are removed by the next one, and its sshds die with it (parent-death
-// signal).
+// Engine::ssh: two hosts, node1 (198.18.0.1) and node2 (198.18.0.2), each a network namespace
+// with an sshd of its own, bridged to a third, the launcher's (198.18.0.254), where rig run and its
+// controller run. Engine::slurm: three nodes, n1 to n3 (198.18.0.1 to .3), each a network and UTS
+// namespace with its slurmd, the launcher's namespace with slurmctld (host name ctl), one munged,
+// and SLURM_CONF set in this process for every command. There `ssh` is a wrapper that adds the
+// test's ssh_config (host names, the key pair the test made, the host key it made), as a user's
+// ~/.ssh/config would. Owner: one test case; thread: its own (and one that drains each sshd's log);
+// lifetime: the case. The destructor kills every process left in the namespaces, removes them and
+// the test's directory; namespaces that a crashed run left (their pid gone) are removed by the next
+// one, and its sshds die with it (parent-death signal).
 class Net {
  public:
-  Net();
+  enum class Engine { ssh, slurm };
+  explicit Net(Engine engine = Engine::ssh);
   ~Net();
   Net(const Net&) = delete;
   Net& operator=(const Net&) = delete;
@@ -43,7 +47,7 @@ class Net {
   Ran run(const std::vector<std::string>& argv, int timeout_ms) const;
   // The same, started only: its pid. stdin, stdout and stderr as given (-1: this process's).
   pid_t start(const std::vector<std::string>& argv, int in_fd, int out_fd, int err_fd) const;
-  // The processes in the hosts' namespaces but for their listening sshd.
+  // The processes in the hosts' namespaces but for their daemons (sshd, slurmd).
   std::vector<pid_t> strays() const;
   // Whether strays() is empty within timeout_ms: a host notices the end of a session on its own.
   bool no_strays_within(int timeout_ms) const;
@@ -52,13 +56,19 @@ class Net {
 
  private:
   void setup();
+  void start_sshd();
+  void start_slurm();
   void teardown();
+  std::vector<std::string> parts() const;  // the namespaces' names after prefix_
   std::string ns(const std::string& part) const { return prefix_ + part; }
   std::vector<pid_t> in_namespace(const std::string& name) const;
 
+  Engine engine_;
+  std::size_t hosts_;
   std::string prefix_;  // riglaunch-PID-
   std::string dir_;
-  std::vector<pid_t> sshd_;
+  std::vector<pid_t> sshd_;    // the hosts' daemons, which strays() leaves out
+  std::vector<pid_t> others_;  // the other daemons (munged, slurmctld)
   std::vector<int> sshd_logs_;
   std::vector<std::thread> drains_;
 };

@@ -42,15 +42,14 @@ std::string shell_word(std::string_view text) {
   return out + "'";
 }
 
-// The last line of `text` that is not empty, escaped; or `otherwise`.
+}  // namespace
+
 std::string last_line(std::string_view text, std::string_view otherwise) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
   const std::size_t nl = text.rfind('\n');
   const std::string_view line = nl == std::string_view::npos ? text : text.substr(nl + 1);
   return line.empty() ? std::string(otherwise) : remote::printable(line);
 }
-
-}  // namespace
 
 Result<Unit> check_host_name(std::string_view host) {
   if (host.empty()) return Error("an empty host name");
@@ -69,43 +68,20 @@ std::variant<std::string, LaunchFailure> ssh_address(const std::string& host) {
     return LaunchFailure{host + ": ssh cannot read its configuration for it: " + why,
                          exit_unreachable};
   };
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return unreachable(std::string("pipe: ") + std::strerror(errno));
-  child::Spec spec;
-  spec.argv = {"ssh", "-G", "-o", "BatchMode=yes", "--", host};
-  spec.search_path = true;
-  spec.stdout_fd = out[1];
-  spec.stderr_fd = out[1];
-  const auto pid = child::spawn(spec);
-  close(out[1]);
-  if (!pid) {
-    close(out[0]);
-    return unreachable(pid.error());
+  const Captured c =
+      capture({"ssh", "-G", "-o", "BatchMode=yes", "--", host}, ssh_config_timeout_ms);
+  if (!c.wait_status) return unreachable(c.error);
+  // "hostname NAME" is the line looked for.
+  std::string name;
+  for (std::size_t at = 0; at < c.text.size();) {
+    const std::size_t nl = std::min(c.text.find('\n', at), c.text.size());
+    const std::string_view line = std::string_view(c.text).substr(at, nl - at);
+    if (line.starts_with("hostname ")) name = line.substr(std::strlen("hostname "));
+    at = nl + 1;
   }
-  // Its lines until its end, within the bound; "hostname NAME" is the one looked for.
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(ssh_config_timeout_ms);
-  auto left_ms = [&] {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        until - std::chrono::steady_clock::now());
-    return static_cast<int>(std::max<std::int64_t>(left.count(), 1));
-  };
-  std::string pending, name, last;
-  while (const auto line = child::read_line(out[0], pending, left_ms())) {
-    if (line->starts_with("hostname ")) name = line->substr(std::strlen("hostname "));
-    if (!line->empty()) last = *line;
-  }
-  close(out[0]);
-  auto status = child::wait_for(*pid, left_ms());
-  if (!status) {
-    kill(*pid, SIGKILL);
-    status = child::wait_exit(*pid);
-    return unreachable("ssh -G did not end within " + std::to_string(ssh_config_timeout_ms / 1000) +
-                       " s");
-  }
-  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0 || name.empty()) {
-    return unreachable("ssh -G " + wait_status_text(*status) + ": " +
-                       last_line(last, "(it said nothing)"));
+  if (!WIFEXITED(*c.wait_status) || WEXITSTATUS(*c.wait_status) != 0 || name.empty()) {
+    return unreachable("ssh -G " + wait_status_text(*c.wait_status) + ": " +
+                       last_line(c.text, "(it said nothing)"));
   }
   const std::string given = name == host ? "" : " (ssh's HostName " + remote::printable(name) + ")";
   addrinfo hints{};

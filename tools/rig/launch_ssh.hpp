@@ -48,6 +48,10 @@ std::vector<std::string> ssh_agent_argv(const std::string& host, const std::stri
 LaunchFailure ssh_start_failure(const std::string& host, const std::string& rigd, int wait_status,
                                 int waited_ms, std::string_view said, std::string_view errors);
 
+// The last line of `text` that is not empty, escaped; or `otherwise`: the line of an engine's
+// stderr that says why (ssh's, srun's).
+std::string last_line(std::string_view text, std::string_view otherwise);
+
 // A host name rig run takes: not empty, no byte that is not printable, no space, not starting
 // with '-' (ssh would read it as an option). Error says why, with the name escaped.
 Result<Unit> check_host_name(std::string_view host);

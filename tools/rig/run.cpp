@@ -1,9 +1,11 @@
 // rig run --local N [--kinds K] [--rigd PATH] -- PROGRAM ARGS...
 // rig run --ssh HOST[,HOST...] [--kinds K] [--rigd PATH] -- PROGRAM ARGS...
+// rig run --slurm [--kinds K] [--rigd PATH] -- PROGRAM ARGS...
 //
 // Starts N agents (rigd --once) on loopback with a fresh key, or one on each HOST through ssh
 // (launch_ssh.hpp: the key on ssh's stdin, the agent's report on its stdout, the agent ended by the
-// end of its session), then PROGRAM as the job's controller
+// end of its session), or one on each node of the Slurm allocation through srun (launch_slurm.hpp,
+// the same way), then PROGRAM as the job's controller
 // with RIG_REMOTE_AGENTS, RIG_REMOTE_KEY and RIG_REMOTE_REPORT; reads every process's report line,
 // prints each process's end and the job's outcome with its root cause, and exits 0 only if the job
 // closed in order and the controller exited 0. It waits on its processes' exits, each wait bounded
@@ -29,6 +31,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +40,7 @@
 
 #include "child/child.hpp"
 #include "commands.hpp"
+#include "launch_slurm.hpp"
 #include "launch_ssh.hpp"
 #include "process.hpp"
 #include "remote/io/address.hpp"
@@ -66,16 +70,18 @@ constexpr std::size_t key_bytes = 32;  // 64 hexadecimal characters in RIG_REMOT
 // --test-timing-divisor's largest value: 10 s become 10 ms.
 constexpr int timing_divisor_max = 1000;
 
-// The most of an ssh agent's stderr (its rigd's log) that rig run passes on once it has ended.
+// The most of an ssh or srun agent's stderr (its rigd's log) that rig run passes on once it has
+// ended.
 constexpr std::size_t agent_log_bytes_max = 64 * 1024;
 
 const char* const usage_text =
     "usage: rig run --local N [--kinds CPU,SIM,CUDA] [--rigd PATH] -- PROGRAM [ARGS...]\n"
     "       rig run --ssh HOST[,HOST...] [--kinds CPU,SIM,CUDA] [--rigd PATH] -- PROGRAM "
     "[ARGS...]\n"
-    "  Starts N agents on this machine (loopback), or one on each HOST through ssh, with a fresh\n"
-    "  key, then PROGRAM as the job's controller; prints how each process ended and the job's\n"
-    "  root cause.\n";
+    "       rig run --slurm [--kinds CPU,SIM,CUDA] [--rigd PATH] -- PROGRAM [ARGS...]\n"
+    "  Starts N agents on this machine (loopback), one on each HOST through ssh, or one on each\n"
+    "  node of this Slurm allocation through srun, with a fresh key, then PROGRAM as the job's\n"
+    "  controller; prints how each process ended and the job's root cause.\n";
 
 int usage(const std::string& why) {
   std::fprintf(stderr, "rig run: %s\n%s", why.c_str(), usage_text);
@@ -106,12 +112,13 @@ enum class Stop {
 struct Member {
   std::string name;
   pid_t pid = -1;
-  int pid_fd = -1;          // readable once the process has ended; -1 where the system gives none
-  int report_fd = -1;       // read end of its report pipe (non-blocking), until EOF or its exit
-  int out_fd = -1;          // an agent's stdout, for its listening line
-  int in_fd = -1;           // an ssh agent's stdin, open for as long as the agent is wanted
-  int log_fd = -1;          // an ssh agent's stderr: a file in rig run's private directory
-  bool session = false;     // an ssh agent: pid is its ssh, stopped by the end of in_fd
+  int pid_fd = -1;     // readable once the process has ended; -1 where the system gives none
+  int report_fd = -1;  // read end of its report pipe (non-blocking), until EOF or its exit
+  int out_fd = -1;     // an agent's stdout, for its listening line
+  int in_fd = -1;      // an ssh or srun agent's stdin, open for as long as the agent is wanted
+  int log_fd = -1;     // its stderr: a file in rig run's private directory
+  // An ssh or srun agent: pid is its ssh or srun, which the end of in_fd stops.
+  bool session = false;
   std::string out_pending;  // what was read from out_fd past its listening line
   std::string report;       // what it reported
   bool reaped = false;
@@ -202,6 +209,7 @@ struct Bounds {
 struct RunOptions {
   int local = 0;
   std::vector<std::string> ssh;  // the hosts of --ssh, as given
+  bool slurm = false;
   std::string kinds = "CPU,SIM";
   std::optional<std::string> rigd;
   int timing_divisor = 1;  // test-only: scales rig run's bounds and rigd's liveness times down
@@ -229,6 +237,8 @@ std::variant<RunOptions, int> parse_options(std::span<char*> args) {
         return usage("--local takes a count from 1 to " + std::to_string(agents_max));
       }
       o.local = static_cast<int>(n);
+    } else if (a == "--slurm") {
+      o.slurm = true;
     } else if (a == "--ssh") {
       auto v = value();
       if (!v) return usage("--ssh needs a list of hosts");
@@ -268,8 +278,8 @@ std::variant<RunOptions, int> parse_options(std::span<char*> args) {
       return usage("unknown argument '" + a + "'");
     }
   }
-  if ((o.local == 0) == o.ssh.empty()) {
-    return usage("say where the agents run: --local N or --ssh HOST[,HOST...]");
+  if ((o.local > 0) + !o.ssh.empty() + o.slurm != 1) {
+    return usage("say where the agents run: one of --local N, --ssh HOST[,HOST...], --slurm");
   }
   if (o.program.empty()) return usage("no PROGRAM after --");
   return o;
@@ -372,10 +382,16 @@ class Launch {
     return agents_env;
   }
 
-  // Starts an agent on each of `hosts` through ssh, all at once, and waits for each one's
-  // listening line, each within agent_start_timeout_ms of the start; RIG_REMOTE_AGENTS' text for
-  // them, or why not (every process started is stopped then). Every name is resolved first, so
-  // that nothing starts for a list with one that does not resolve.
+  // How an engine (ssh, srun) starts the agent of one host or node, by its index, and reads a
+  // start that failed (launch_ssh.hpp, launch_slurm.hpp).
+  struct Engine {
+    std::vector<std::string> names;  // the agents' names, the hosts' or nodes' as given
+    std::function<std::vector<std::string>(std::size_t, const std::vector<std::string>&)> argv;
+    std::function<LaunchFailure(std::size_t, int, int, std::string_view, std::string_view)> failed;
+  };
+
+  // Starts an agent on each of `hosts` through ssh; start_engine_agents says the rest. Every name
+  // is resolved first, so that nothing starts for a list with one that does not resolve.
   std::variant<std::string, LaunchFailure> start_ssh_agents(const std::vector<std::string>& hosts,
                                                             const std::string& kinds,
                                                             const JobKey& key) {
@@ -385,6 +401,50 @@ class Launch {
       if (auto* failed = std::get_if<LaunchFailure>(&address)) return *failed;
       addresses.push_back(std::get<std::string>(address));
     }
+    Engine ssh{hosts,
+               [&](std::size_t i, const std::vector<std::string>& rigd_args) {
+                 return rig::cli::ssh_agent_argv(hosts[i], addresses[i], rigd_, rigd_args);
+               },
+               [&](std::size_t i, int status, int waited_ms, std::string_view said,
+                   std::string_view errors) {
+                 return rig::cli::ssh_start_failure(hosts[i], rigd_, status, waited_ms, said,
+                                                    errors);
+               }};
+    return start_engine_agents(ssh, kinds, key);
+  }
+
+  // Starts an agent on each node of the Slurm allocation this process runs in, through srun;
+  // start_engine_agents says the rest.
+  std::variant<std::string, LaunchFailure> start_slurm_agents(const std::string& kinds,
+                                                              const JobKey& key) {
+    auto found = rig::cli::slurm_nodes();
+    if (auto* failed = std::get_if<LaunchFailure>(&found)) return *failed;
+    const auto& nodes = std::get<std::vector<rig::cli::SlurmNode>>(found);
+    if (nodes.size() > static_cast<std::size_t>(agents_max)) {
+      return LaunchFailure{"the allocation has " + std::to_string(nodes.size()) +
+                               " nodes; rig run takes at most " + std::to_string(agents_max),
+                           exit_usage};
+    }
+    const bool overlap = rig::cli::srun_has_overlap();
+    Engine srun;
+    for (const auto& n : nodes) srun.names.push_back(n.name);
+    srun.argv = [&](std::size_t i, const std::vector<std::string>& rigd_args) {
+      return rig::cli::slurm_agent_argv(nodes[i], rigd_, rigd_args, overlap);
+    };
+    srun.failed = [&](std::size_t i, int status, int waited_ms, std::string_view said,
+                      std::string_view errors) {
+      return rig::cli::slurm_start_failure(nodes[i].name, rigd_, status, waited_ms, said, errors);
+    };
+    return start_engine_agents(srun, kinds, key);
+  }
+
+  // Starts the engine's agents, all at once, and waits for each one's listening line, each within
+  // agent_start_timeout_ms of the start; RIG_REMOTE_AGENTS' text for them, or why not (every
+  // process started is stopped then).
+  std::variant<std::string, LaunchFailure> start_engine_agents(const Engine& engine,
+                                                               const std::string& kinds,
+                                                               const JobKey& key) {
+    const std::vector<std::string>& hosts = engine.names;
     auto failure = [&](const std::string& why) {
       stop_and_reap();
       return LaunchFailure{why, exit_failure};
@@ -422,7 +482,7 @@ class Launch {
       std::string spawn_error;
       if (handed) {
         rig::child::Spec spec;
-        spec.argv = rig::cli::ssh_agent_argv(hosts[i], addresses[i], rigd_, rigd_args);
+        spec.argv = engine.argv(i, rigd_args);
         spec.search_path = true;
         spec.stdin_fd = in[0];
         spec.stdout_fd = out[1];
@@ -477,8 +537,9 @@ class Launch {
           m.reaped = true;
         }
       }
-      const LaunchFailure why = rig::cli::ssh_start_failure(
-          m.name, rigd_, status, agent_start_timeout_ms, line.value_or(""), log_text(m));
+      const std::size_t index = static_cast<std::size_t>(&m - members_.data());
+      const LaunchFailure why =
+          engine.failed(index, status, agent_start_timeout_ms, line.value_or(""), log_text(m));
       stop_and_reap();
       return why;
     }
@@ -795,9 +856,9 @@ class Launch {
     if (!wake_at_ || t < *wake_at_) wake_at_ = t;
   }
 
-  // Sends `m` `sig`; for an ssh agent, a SIGINT or SIGTERM is the end of its session's stdin,
-  // which stops its rigd in order (rigd --watch-stdin) and lets its report come back over ssh.
-  // ssh itself gets only SIGKILL, for one that has not ended stop_ms after its stdin's end.
+  // Sends `m` `sig`; for an ssh or srun agent, a SIGINT or SIGTERM is the end of its session's
+  // stdin, which stops its rigd in order (rigd --watch-stdin) and lets its report come back over
+  // ssh. ssh itself gets only SIGKILL, for one that has not ended stop_ms after its stdin's end.
   static void send(Member& m, int sig) {
     if (m.session && sig != SIGKILL) {
       if (m.in_fd >= 0) close(m.in_fd);
@@ -807,8 +868,8 @@ class Launch {
     kill(m.pid, sig);
   }
 
-  // What an ssh agent has written on its stderr, its last agent_log_bytes_max bytes; empty for
-  // another process.
+  // What an ssh or srun agent has written on its stderr, its last agent_log_bytes_max bytes; empty
+  // for another process.
   static std::string log_text(const Member& m) {
     if (m.log_fd < 0) return {};
     const off_t size = lseek(m.log_fd, 0, SEEK_END);
@@ -819,8 +880,8 @@ class Launch {
     return text;
   }
 
-  // An ssh agent's log, once it has ended, on rig run's stderr, each line after its host's name:
-  // what its rigd said, as rigd's log is for a local agent.
+  // An ssh or srun agent's log, once it has ended, on rig run's stderr, each line after its host's
+  // name: what its rigd said, as rigd's log is for a local agent.
   static void pass_on_log(const Member& m) {
     if (m.log_fd < 0) return;
     const std::string text = log_text(m);
@@ -909,9 +970,10 @@ class Launch {
   const int timing_divisor_;
   const Bounds bounds_;
   std::vector<Member> members_;
-  std::optional<rig::cli::TempDir> logs_;     // the ssh agents' stderr files, removed at the end
-  std::optional<Clock::time_point> wake_at_;  // the next time collect must look, if any
-  int interrupts_seen_ = 0;                   // of interrupt_count, passed on already
+  // The ssh or srun agents' stderr files, removed at the end.
+  std::optional<rig::cli::TempDir> logs_;
+  std::optional<Clock::time_point> wake_at_;         // the next time collect must look, if any
+  int interrupts_seen_ = 0;                          // of interrupt_count, passed on already
   std::optional<Clock::time_point> interrupted_at_;  // the first interrupt's time
   bool interrupts_killed_ = false;  // the first interrupt's bound has passed, and killed
   bool agents_stopped_ = false;     // collect has sent the agents SIGTERM
@@ -948,7 +1010,7 @@ int cmd_run(std::span<char*> args) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   Launch launch(rigd_path(o.rigd), o.timing_divisor);
   std::string agents_env;
-  if (o.ssh.empty()) {
+  if (o.local > 0) {
     auto local = launch.start_agents(o.local, o.kinds, key);
     if (!local) {
       std::fprintf(stderr, "rig run: %s\n", local.error().c_str());
@@ -956,7 +1018,8 @@ int cmd_run(std::span<char*> args) {
     }
     agents_env = *local;
   } else {
-    auto remote = launch.start_ssh_agents(o.ssh, o.kinds, key);
+    auto remote = o.slurm ? launch.start_slurm_agents(o.kinds, key)
+                          : launch.start_ssh_agents(o.ssh, o.kinds, key);
     if (const auto* failed = std::get_if<LaunchFailure>(&remote)) {
       std::fprintf(stderr, "rig run: %s\n", failed->message.c_str());
       return failed->exit_status;
