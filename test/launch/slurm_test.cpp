@@ -2,12 +2,17 @@
 // namespaces (net.hpp), the remote example through salloc and through sbatch, and the failures to
 // start with their exact messages, exit statuses and nothing left on any node.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "child/child.hpp"
 #include "net.hpp"
 
 using rig::test::Net;
@@ -18,7 +23,8 @@ namespace {
 constexpr int exit_no_rigd = 12;
 constexpr int exit_srun = 14;
 constexpr int run_timeout_ms = 60'000;
-constexpr int node_end_ms = 5'000;  // a node's rigd ends with its srun's stdin
+constexpr int node_end_ms = 5'000;      // a node's rigd ends with its srun's stdin
+constexpr int scancel_end_ms = 12'000;  // the bound on a scancel's end on every node
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -109,5 +115,41 @@ TEST_CASE("rig run --slurm: rigd missing on the nodes, and srun's own refusal") 
     CHECK(
         last_rig_line(r.err).starts_with("rig run: n3: srun exited with status 1: srun: error: "));
     CHECK(net.no_strays_within(node_end_ms));
+  }
+}
+
+TEST_CASE("rig run --slurm: a scancel of the job leaves no rigd on any node within 12 s") {
+  Net net(Net::Engine::slurm);
+  // A controller that names the job, then waits for its stdin's end: it runs where rig run runs,
+  // outside the allocation, so the scancel does not reach it.
+  const std::string controller = net.dir() + "/controller";
+  { std::ofstream(controller) << "#!/bin/sh\necho \"$SLURM_JOB_ID\"\nread line\n"; }
+  chmod(controller.c_str(), 0700);
+  int in[2], out[2];
+  REQUIRE(pipe2(in, O_CLOEXEC) == 0);
+  REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+  const pid_t salloc = net.start(in_salloc(3, {env("RIG_TEST_RIG"), "run", "--slurm", "--rigd",
+                                               env("RIG_TEST_RIGD"), "--", controller}),
+                                 in[0], out[1], -1);
+  close(in[0]);
+  close(out[1]);
+  std::string pending;
+  const auto job = rig::child::read_line(out[0], pending, run_timeout_ms);
+  REQUIRE(job);
+  REQUIRE(!job->empty());
+  CHECK(!net.strays().empty());  // the nodes' rigds, and their slurmstepd
+  const Ran cancel = net.run({"scancel", *job}, run_timeout_ms);
+  CHECK(cancel.status == 0);
+  CHECK(net.no_strays_within(scancel_end_ms));
+  close(in[1]);  // the controller ends; rig run names each node's end
+  const auto ended = rig::child::wait_for(salloc, run_timeout_ms);
+  if (!ended) kill(salloc, SIGKILL);
+  CHECK(ended);
+  const std::string rest = pending + rig::child::read_all(out[0]);
+  close(out[0]);
+  for (const char* node : {"n1", "n2", "n3"}) {
+    CHECK(rest.find("rig run: " + std::string(node) +
+                    "         exited with status 1 without reporting the job's end\n") !=
+          std::string::npos);
   }
 }

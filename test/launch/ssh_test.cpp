@@ -251,3 +251,28 @@ TEST_CASE("rig run --ssh: a host that reports no address within 10 s ends the st
   // node1's rigd, which had started, is gone too.
   CHECK(net.no_strays_within(host_end_ms));
 }
+
+TEST_CASE("rig run --ssh: a Ctrl-C of rig run ends the job's processes on every host") {
+  Net net;
+  const std::string controller = net.dir() + "/controller";
+  script(controller, "#!/bin/sh\necho ready\nread line\n");
+  int in[2], out[2];
+  REQUIRE(pipe2(in, O_CLOEXEC) == 0);
+  REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+  const pid_t rig =
+      net.start(rig_run("node1,node2", env("RIG_TEST_RIGD"), {controller}), in[0], out[1], -1);
+  close(in[0]);
+  close(out[1]);
+  std::string pending;
+  REQUIRE(rig::child::read_line(out[0], pending, run_timeout_ms) == "ready");
+  kill(rig, SIGINT);
+  // The controller takes the SIGINT; the agents' sessions end (their stdin), in order.
+  const auto status = rig::child::wait_for(rig, host_end_ms);
+  REQUIRE_MESSAGE(status, "rig run still running after a Ctrl-C");
+  const std::string rest = pending + rig::child::read_all(out[0]);
+  CHECK(rest.find("rig run: node1      stopped, as the job did not start\n") != std::string::npos);
+  CHECK(rest.find("rig run: node2      stopped, as the job did not start\n") != std::string::npos);
+  CHECK(net.no_strays_within(host_end_ms));
+  close(in[1]);
+  close(out[0]);
+}
