@@ -425,6 +425,18 @@ std::vector<pid_t> Net::in_namespace(const std::string& name) const {
   return found;
 }
 
+std::vector<pid_t> Net::strays_of(const std::string& part) const {
+  std::vector<pid_t> found;
+  for (const pid_t pid : in_namespace(ns(part))) {
+    if (std::find(sshd_.begin(), sshd_.end(), pid) == sshd_.end()) found.push_back(pid);
+  }
+  return found;
+}
+
+void Net::host_link(const std::string& part, bool up) const {
+  must({"ip", "-n", ns(part), "link", "set", "eth0", up ? "up" : "down"});
+}
+
 std::vector<pid_t> Net::strays() const {
   std::vector<pid_t> found;
   for (const std::string& part : parts()) {

@@ -51,6 +51,10 @@ class Net {
   std::vector<pid_t> strays() const;
   // Whether strays() is empty within timeout_ms: a host notices the end of a session on its own.
   bool no_strays_within(int timeout_ms) const;
+  // The processes in host `part`'s namespace ("n2") but for its daemon.
+  std::vector<pid_t> strays_of(const std::string& part) const;
+  // Sets host `part`'s link up or down: down, it is a blackhole (what is sent to it is dropped).
+  void host_link(const std::string& part, bool up) const;
   // The processes in the launcher's namespace.
   std::vector<pid_t> in_launcher() const;
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -33,6 +34,8 @@ constexpr int run_timeout_ms = 60'000;
 // session's stdin, and rigd's stop (within 200 ms), with room for a loaded machine.
 constexpr int host_end_ms = 5'000;
 constexpr int agent_start_timeout_s = 10;  // rig run's bound on a host's address
+// A job with a host gone fails within the liveness bound (10 s of silence) and a margin.
+constexpr int job_fail_bound_ms = 12'000;
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -275,4 +278,65 @@ TEST_CASE("rig run --ssh: a Ctrl-C of rig run ends the job's processes on every 
   CHECK(net.no_strays_within(host_end_ms));
   close(in[1]);
   close(out[0]);
+}
+
+TEST_CASE(
+    "rig run --ssh: a host whose rigd is killed, or that falls silent, fails the job in 10 s") {
+  struct Case {
+    std::string what;
+    bool blackhole;     // else kill -9 of its rigd
+    std::string cause;  // the job's root cause, named by the host as given
+  };
+  for (const Case& c :
+       {Case{"kill -9 of node2's rigd", false, "node2: closed its connection"},
+        Case{"node2 blackholed (its link down)", true, "node2: sent nothing for 10 s"}}) {
+    CAPTURE(c.what);
+    Net net;
+    int out[2];
+    REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+    const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    // A controller that holds the job until it fails, and says when.
+    const pid_t rig =
+        net.start(rig_run("node1,node2", env("RIG_TEST_RIGD"), {env("RIG_TEST_LAUNCHED")}), null_fd,
+                  out[1], -1);
+    close(null_fd);
+    close(out[1]);
+    std::string pending;
+    REQUIRE(rig::child::read_line(out[0], pending, run_timeout_ms) == "started");
+    const auto t0 = std::chrono::steady_clock::now();
+    if (c.blackhole) {
+      net.host_link("n2", false);
+    } else {
+      pid_t victim = -1;
+      for (const pid_t pid : net.strays_of("n2")) {
+        if (read_file("/proc/" + std::to_string(pid) + "/cmdline").find("--watch-stdin") !=
+            std::string::npos) {
+          victim = pid;
+        }
+      }
+      REQUIRE(victim > 0);
+      kill(victim, SIGKILL);
+    }
+    // The controller's failure, within the liveness bound and a margin.
+    const auto failed = rig::child::read_line(out[0], pending, job_fail_bound_ms);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The controller sees the host's end itself, or first hears it from node1, which aborts with
+    // it: which comes first is a race, and either names node2.
+    const std::string relayed = "node1 aborted: " + c.cause;
+    CHECK((failed == "failed: " + c.cause || failed == "failed: " + relayed));
+    CHECK(seconds < job_fail_bound_ms / 1000.0);
+    // rig run then ends within its own bounds: a blackholed host's ssh is killed 11 s after the
+    // controller's end and 2 s of SIGTERM.
+    const auto status = rig::child::wait_for(rig, run_timeout_ms);
+    if (!status) kill(rig, SIGKILL);
+    REQUIRE(status);
+    const std::string rest = pending + rig::child::read_all(out[0]);
+    close(out[0]);
+    INFO("rig run said:\n" << rest);
+    CHECK((rest.find("rig run: the job failed: " + c.cause + "\n") != std::string::npos ||
+           rest.find("rig run: the job failed: " + relayed + "\n") != std::string::npos));
+    if (c.blackhole) net.host_link("n2", true);  // sshd's session then learns of its end
+    CHECK(net.no_strays_within(host_end_ms));
+  }
 }
