@@ -1,7 +1,5 @@
 #include "launch_slurm.hpp"
 
-#include <netdb.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -74,24 +72,13 @@ std::variant<std::vector<SlurmNode>, LaunchFailure> slurm_nodes() {
   for (const std::string& name : *names) {
     std::string addr = addresses.count(name) ? addresses[name] : "";
     if (addr.empty()) addr = name;  // scontrol gave none: the name is the address, as for Slurm
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
     const std::string given = addr == name ? "" : " (its NodeAddr " + remote::printable(addr) + ")";
-    if (const int e = getaddrinfo(addr.c_str(), nullptr, &hints, &found); e != 0) {
-      return LaunchFailure{name + given + ": the name does not resolve: " + gai_strerror(e),
+    auto address = resolve_address(addr);
+    if (!address) {
+      return LaunchFailure{name + given + ": the name does not resolve: " + address.error(),
                            exit_unresolved};
     }
-    char numeric[NI_MAXHOST];
-    const int e = getnameinfo(found->ai_addr, found->ai_addrlen, numeric, sizeof numeric, nullptr,
-                              0, NI_NUMERICHOST);
-    freeaddrinfo(found);
-    if (e != 0) {
-      return LaunchFailure{name + given + ": its address cannot be written: " + gai_strerror(e),
-                           exit_unresolved};
-    }
-    nodes.push_back({name, numeric});
+    nodes.push_back({name, *address});
   }
   return nodes;
 }

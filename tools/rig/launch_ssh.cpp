@@ -1,16 +1,12 @@
 #include "launch_ssh.hpp"
 
-#include <fcntl.h>
 #include <netdb.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cstring>
 
-#include "child/child.hpp"
 #include "commands.hpp"
 #include "process.hpp"
 #include "remote/io/address.hpp"
@@ -43,6 +39,22 @@ std::string shell_word(std::string_view text) {
 }
 
 }  // namespace
+
+Result<std::string> resolve_address(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int e = getaddrinfo(name.c_str(), nullptr, &hints, &found); e != 0) {
+    return Error(gai_strerror(e));
+  }
+  char numeric[NI_MAXHOST];
+  const int e = getnameinfo(found->ai_addr, found->ai_addrlen, numeric, sizeof numeric, nullptr, 0,
+                            NI_NUMERICHOST);
+  freeaddrinfo(found);
+  if (e != 0) return Error(gai_strerror(e));
+  return std::string(numeric);
+}
 
 std::string last_line(std::string_view text, std::string_view otherwise) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
@@ -84,23 +96,12 @@ std::variant<std::string, LaunchFailure> ssh_address(const std::string& host) {
                        last_line(c.text, "(it said nothing)"));
   }
   const std::string given = name == host ? "" : " (ssh's HostName " + remote::printable(name) + ")";
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (const int e = getaddrinfo(name.c_str(), nullptr, &hints, &found); e != 0) {
-    return LaunchFailure{host + given + ": the name does not resolve: " + gai_strerror(e),
+  auto address = resolve_address(name);
+  if (!address) {
+    return LaunchFailure{host + given + ": the name does not resolve: " + address.error(),
                          exit_unresolved};
   }
-  char numeric[NI_MAXHOST];
-  const int e = getnameinfo(found->ai_addr, found->ai_addrlen, numeric, sizeof numeric, nullptr, 0,
-                            NI_NUMERICHOST);
-  freeaddrinfo(found);
-  if (e != 0) {
-    return LaunchFailure{host + given + ": its address cannot be written: " + gai_strerror(e),
-                         exit_unresolved};
-  }
-  return std::string(numeric);
+  return *address;
 }
 
 std::vector<std::string> ssh_agent_argv(const std::string& host, const std::string& address,

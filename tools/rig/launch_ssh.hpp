@@ -48,6 +48,10 @@ std::vector<std::string> ssh_agent_argv(const std::string& host, const std::stri
 LaunchFailure ssh_start_failure(const std::string& host, const std::string& rigd, int wait_status,
                                 int waited_ms, std::string_view said, std::string_view errors);
 
+// `name` resolved here, as a numeric address: the first the system gives, the one ssh would dial.
+// Error: the system's reason.
+Result<std::string> resolve_address(const std::string& name);
+
 // The last line of `text` that is not empty, escaped; or `otherwise`: the line of an engine's
 // stderr that says why (ssh's, srun's).
 std::string last_line(std::string_view text, std::string_view otherwise);
