@@ -21,6 +21,7 @@ using rig::test::Ran;
 namespace {
 
 constexpr int exit_no_rigd = 12;
+constexpr int exit_agent_silent = 13;
 constexpr int exit_srun = 14;
 constexpr int run_timeout_ms = 60'000;
 constexpr int node_end_ms = 5'000;      // a node's rigd ends with its srun's stdin
@@ -152,4 +153,23 @@ TEST_CASE("rig run --slurm: a scancel of the job leaves no rigd on any node with
                     "         exited with status 1 without reporting the job's end\n") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("rig run --slurm: a node that reports no address within 10 s ends the start there") {
+  Net net(Net::Engine::slurm);
+  // n1 and n2 run the real rigd; n3 a program that prints nothing and ends with its stdin.
+  const std::string half = net.dir() + "/half";
+  {
+    std::ofstream(half) << "#!/bin/sh\nif [ \"$SLURMD_NODENAME\" != n3 ]; then exec '"
+                        << env("RIG_TEST_RIGD") << "' \"$@\"; fi\nexec cat >/dev/null\n";
+  }
+  chmod(half.c_str(), 0755);
+  const Ran r = net.run(in_salloc(3, rig_slurm(half)), run_timeout_ms);
+  INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  CHECK(r.status == exit_agent_silent);
+  CHECK(last_rig_line(r.err) == "rig run: n3: no address within 10 s");
+  CHECK(r.seconds >= 10);
+  CHECK(r.seconds < 10 + 5);  // the bound, salloc's start and the stop of n1's and n2's agents
+  CHECK(r.out.empty());
+  CHECK(net.no_strays_within(node_end_ms));
 }
