@@ -15,6 +15,12 @@ namespace rig::cli {
 inline constexpr int exit_ok = 0;
 inline constexpr int exit_failure = 1;  // the command was understood but did not succeed
 inline constexpr int exit_usage = 2;    // the command line was wrong; nothing was done
+// rig run's launchers (--ssh, --slurm): why a job could not start, one status per kind of cause.
+inline constexpr int exit_unresolved = 10;    // a host's name does not resolve
+inline constexpr int exit_unreachable = 11;   // ssh could not reach a host or log in to it
+inline constexpr int exit_no_rigd = 12;       // rigd is missing or not executable on a host
+inline constexpr int exit_agent_silent = 13;  // an agent did not report its address in time
+inline constexpr int exit_srun = 14;          // srun (or scontrol) refused, in its own words
 
 using CommandFn = int (*)(std::span<char*> args);
 

@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -73,6 +75,47 @@ std::string wait_status_text(int wait_status) {
 
 std::string JobEnd::describe() const {
   return started ? wait_status_text(wait_status) : start_error;
+}
+
+Captured capture(const std::vector<std::string>& argv, int timeout_ms) {
+  Captured c;
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    c.error = std::string("pipe: ") + std::strerror(errno);
+    return c;
+  }
+  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  child::Spec spec;
+  spec.argv = argv;
+  spec.search_path = true;
+  spec.stdin_fd = in;
+  spec.stdout_fd = out[1];
+  spec.stderr_fd = out[1];
+  const auto pid = child::spawn(spec);
+  close(out[1]);
+  if (in >= 0) close(in);
+  if (!pid) {
+    close(out[0]);
+    c.error = pid.error();
+    return c;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto left_ms = [&] {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    return static_cast<int>(std::max<std::int64_t>(left.count(), 1));
+  };
+  std::string pending;
+  while (const auto line = child::read_line(out[0], pending, left_ms())) c.text += *line + "\n";
+  c.text += pending;
+  close(out[0]);
+  c.wait_status = child::wait_for(*pid, left_ms());
+  if (!c.wait_status) {
+    kill(*pid, SIGKILL);
+    (void)child::wait_exit(*pid);
+    c.error = "'" + argv[0] + "' did not end within " + std::to_string(timeout_ms / 1000) + " s";
+  }
+  return c;
 }
 
 namespace {

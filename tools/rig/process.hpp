@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,18 @@ struct JobEnd {
   // wait_status_text's, or the start error.
   std::string describe() const;
 };
+
+// What a short command printed (stdout and stderr together) and how it ended: for the questions
+// rig run asks an engine before it starts anything (`ssh -G`, `scontrol show node`).
+struct Captured {
+  std::optional<int> wait_status;  // nothing: it could not start (error), or ran past the bound
+  std::string text;
+  std::string error;  // why it has no wait status
+};
+
+// Runs argv (looked up in PATH, stdin /dev/null) and reads what it prints until its end, within
+// `timeout_ms` in all; one still running then is killed.
+Captured capture(const std::vector<std::string>& argv, int timeout_ms);
 
 // Runs `jobs`, each in a process group of its own, at most `parallel_max` at a time, and waits for
 // them. After the first job that fails, no more are started. If an interrupting signal arrives,

@@ -1,6 +1,11 @@
 // rig run --local N [--kinds K] [--rigd PATH] -- PROGRAM ARGS...
+// rig run --ssh HOST[,HOST...] [--kinds K] [--rigd PATH] -- PROGRAM ARGS...
+// rig run --slurm [--kinds K] [--rigd PATH] -- PROGRAM ARGS...
 //
-// Starts N agents (rigd --once) on loopback with a fresh key, then PROGRAM as the job's controller
+// Starts N agents (rigd --once) on loopback with a fresh key, or one on each HOST through ssh
+// (launch_ssh.hpp: the key on ssh's stdin, the agent's report on its stdout, the agent ended by the
+// end of its session), or one on each node of the Slurm allocation through srun (launch_slurm.hpp,
+// the same way), then PROGRAM as the job's controller
 // with RIG_REMOTE_AGENTS, RIG_REMOTE_KEY and RIG_REMOTE_REPORT; reads every process's report line,
 // prints each process's end and the job's outcome with its root cause, and exits 0 only if the job
 // closed in order and the controller exited 0. It waits on its processes' exits, each wait bounded
@@ -26,6 +31,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +40,8 @@
 
 #include "child/child.hpp"
 #include "commands.hpp"
+#include "launch_slurm.hpp"
+#include "launch_ssh.hpp"
 #include "process.hpp"
 #include "remote/io/address.hpp"
 #include "remote/io/timing.hpp"
@@ -44,6 +52,7 @@ namespace {
 using rig::cli::exit_failure;
 using rig::cli::exit_ok;
 using rig::cli::exit_usage;
+using rig::cli::LaunchFailure;
 using Clock = std::chrono::steady_clock;
 
 constexpr int agents_max = 64;
@@ -61,9 +70,17 @@ constexpr std::size_t key_bytes = 32;  // 64 hexadecimal characters in RIG_REMOT
 // --test-timing-divisor's largest value: 10 s become 10 ms.
 constexpr int timing_divisor_max = 1000;
 
+// The most of an ssh or srun agent's stderr (its rigd's log) that rig run passes on once it has
+// ended.
+constexpr std::size_t agent_log_bytes_max = 64 * 1024;
+
 const char* const usage_text =
     "usage: rig run --local N [--kinds CPU,SIM,CUDA] [--rigd PATH] -- PROGRAM [ARGS...]\n"
-    "  Starts N agents on this machine (loopback) with a fresh key, then PROGRAM as the job's\n"
+    "       rig run --ssh HOST[,HOST...] [--kinds CPU,SIM,CUDA] [--rigd PATH] -- PROGRAM "
+    "[ARGS...]\n"
+    "       rig run --slurm [--kinds CPU,SIM,CUDA] [--rigd PATH] -- PROGRAM [ARGS...]\n"
+    "  Starts N agents on this machine (loopback), one on each HOST through ssh, or one on each\n"
+    "  node of this Slurm allocation through srun, with a fresh key, then PROGRAM as the job's\n"
     "  controller; prints how each process ended and the job's root cause.\n";
 
 int usage(const std::string& why) {
@@ -95,9 +112,13 @@ enum class Stop {
 struct Member {
   std::string name;
   pid_t pid = -1;
-  int pid_fd = -1;          // readable once the process has ended; -1 where the system gives none
-  int report_fd = -1;       // read end of its report pipe (non-blocking), until EOF or its exit
-  int out_fd = -1;          // an agent's stdout, for its listening line
+  int pid_fd = -1;     // readable once the process has ended; -1 where the system gives none
+  int report_fd = -1;  // read end of its report pipe (non-blocking), until EOF or its exit
+  int out_fd = -1;     // an agent's stdout, for its listening line
+  int in_fd = -1;      // an ssh or srun agent's stdin, open for as long as the agent is wanted
+  int log_fd = -1;     // its stderr: a file in rig run's private directory
+  // An ssh or srun agent: pid is its ssh or srun, which the end of in_fd stops.
+  bool session = false;
   std::string out_pending;  // what was read from out_fd past its listening line
   std::string report;       // what it reported
   bool reaped = false;
@@ -187,6 +208,8 @@ struct Bounds {
 // What the command line asks for.
 struct RunOptions {
   int local = 0;
+  std::vector<std::string> ssh;  // the hosts of --ssh, as given
+  bool slurm = false;
   std::string kinds = "CPU,SIM";
   std::optional<std::string> rigd;
   int timing_divisor = 1;  // test-only: scales rig run's bounds and rigd's liveness times down
@@ -214,6 +237,24 @@ std::variant<RunOptions, int> parse_options(std::span<char*> args) {
         return usage("--local takes a count from 1 to " + std::to_string(agents_max));
       }
       o.local = static_cast<int>(n);
+    } else if (a == "--slurm") {
+      o.slurm = true;
+    } else if (a == "--ssh") {
+      auto v = value();
+      if (!v) return usage("--ssh needs a list of hosts");
+      for (std::size_t start = 0; start <= v->size();) {
+        const std::size_t comma = std::min(v->find(',', start), v->size());
+        const std::string host = v->substr(start, comma - start);
+        if (auto ok = rig::cli::check_host_name(host); !ok) return usage("--ssh: " + ok.error());
+        if (std::ranges::find(o.ssh, host) != o.ssh.end()) {
+          return usage("--ssh names " + host + " twice");
+        }
+        o.ssh.push_back(host);
+        start = comma + 1;
+      }
+      if (o.ssh.size() > static_cast<std::size_t>(agents_max)) {
+        return usage("--ssh takes at most " + std::to_string(agents_max) + " hosts");
+      }
     } else if (a == "--kinds") {
       auto v = value();
       if (!v) return usage("--kinds needs a list");
@@ -237,7 +278,9 @@ std::variant<RunOptions, int> parse_options(std::span<char*> args) {
       return usage("unknown argument '" + a + "'");
     }
   }
-  if (o.local == 0) return usage("say how many local agents: --local N");
+  if ((o.local > 0) + !o.ssh.empty() + o.slurm != 1) {
+    return usage("say where the agents run: one of --local N, --ssh HOST[,HOST...], --slurm");
+  }
   if (o.program.empty()) return usage("no PROGRAM after --");
   return o;
 }
@@ -335,6 +378,170 @@ class Launch {
       }
       agents_env +=
           (i == 0 ? "" : ",") + added.name + "=" + rig::remote::address_text(at->host, at->port);
+    }
+    return agents_env;
+  }
+
+  // How an engine (ssh, srun) starts the agent of one host or node, by its index, and reads a
+  // start that failed (launch_ssh.hpp, launch_slurm.hpp).
+  struct Engine {
+    std::vector<std::string> names;  // the agents' names, the hosts' or nodes' as given
+    std::function<std::vector<std::string>(std::size_t, const std::vector<std::string>&)> argv;
+    std::function<LaunchFailure(std::size_t, int, int, std::string_view, std::string_view)> failed;
+  };
+
+  // Starts an agent on each of `hosts` through ssh; start_engine_agents says the rest. Every name
+  // is resolved first, so that nothing starts for a list with one that does not resolve.
+  std::variant<std::string, LaunchFailure> start_ssh_agents(const std::vector<std::string>& hosts,
+                                                            const std::string& kinds,
+                                                            const JobKey& key) {
+    std::vector<std::string> addresses;
+    for (const std::string& host : hosts) {
+      auto address = rig::cli::ssh_address(host);
+      if (auto* failed = std::get_if<LaunchFailure>(&address)) return *failed;
+      addresses.push_back(std::get<std::string>(address));
+    }
+    Engine ssh{hosts,
+               [&](std::size_t i, const std::vector<std::string>& rigd_args) {
+                 return rig::cli::ssh_agent_argv(hosts[i], addresses[i], rigd_, rigd_args);
+               },
+               [&](std::size_t i, int status, int waited_ms, std::string_view said,
+                   std::string_view errors) {
+                 return rig::cli::ssh_start_failure(hosts[i], rigd_, status, waited_ms, said,
+                                                    errors);
+               }};
+    return start_engine_agents(ssh, kinds, key);
+  }
+
+  // Starts an agent on each node of the Slurm allocation this process runs in, through srun;
+  // start_engine_agents says the rest.
+  std::variant<std::string, LaunchFailure> start_slurm_agents(const std::string& kinds,
+                                                              const JobKey& key) {
+    auto found = rig::cli::slurm_nodes();
+    if (auto* failed = std::get_if<LaunchFailure>(&found)) return *failed;
+    const auto& nodes = std::get<std::vector<rig::cli::SlurmNode>>(found);
+    if (nodes.size() > static_cast<std::size_t>(agents_max)) {
+      return LaunchFailure{"the allocation has " + std::to_string(nodes.size()) +
+                               " nodes; rig run takes at most " + std::to_string(agents_max),
+                           exit_usage};
+    }
+    const bool overlap = rig::cli::srun_has_overlap();
+    Engine srun;
+    for (const auto& n : nodes) srun.names.push_back(n.name);
+    srun.argv = [&](std::size_t i, const std::vector<std::string>& rigd_args) {
+      return rig::cli::slurm_agent_argv(nodes[i], rigd_, rigd_args, overlap);
+    };
+    srun.failed = [&](std::size_t i, int status, int waited_ms, std::string_view said,
+                      std::string_view errors) {
+      return rig::cli::slurm_start_failure(nodes[i].name, rigd_, status, waited_ms, said, errors);
+    };
+    return start_engine_agents(srun, kinds, key);
+  }
+
+  // Starts the engine's agents, all at once, and waits for each one's listening line, each within
+  // agent_start_timeout_ms of the start; RIG_REMOTE_AGENTS' text for them, or why not (every
+  // process started is stopped then).
+  std::variant<std::string, LaunchFailure> start_engine_agents(const Engine& engine,
+                                                               const std::string& kinds,
+                                                               const JobKey& key) {
+    const std::vector<std::string>& hosts = engine.names;
+    auto failure = [&](const std::string& why) {
+      stop_and_reap();
+      return LaunchFailure{why, exit_failure};
+    };
+    auto dir = rig::cli::TempDir::make("rig-run");
+    if (!dir) return failure(dir.error());
+    logs_.emplace(std::move(*dir));
+    std::vector<std::string> rigd_args = {"--kinds", kinds};
+    if (timing_divisor_ > 1) {
+      rigd_args.insert(rigd_args.end(), {"--test-timing-divisor", std::to_string(timing_divisor_)});
+    }
+    const auto deadline = Clock::now() + std::chrono::milliseconds(agent_start_timeout_ms);
+    for (std::size_t i = 0; i < hosts.size(); ++i) {
+      Member m;
+      m.name = hosts[i];
+      m.session = true;
+      int in[2], out[2];
+      if (pipe2(in, O_CLOEXEC) != 0) return failure(std::string("pipe: ") + std::strerror(errno));
+      if (pipe2(out, O_CLOEXEC) != 0) {
+        close(in[0]);
+        close(in[1]);
+        return failure(std::string("pipe: ") + std::strerror(errno));
+      }
+      m.in_fd = in[1];
+      m.out_fd = out[0];
+      const std::string log_path = logs_->path() + "/" + std::to_string(i) + ".log";
+      m.log_fd = open(log_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      // The key and a newline, the line rigd --watch-stdin takes, before ssh starts: 65 bytes fit
+      // in any pipe's buffer. The pipe then stays open: its end is the agent's end.
+      const std::string line = key.text() + "\n";
+      const bool handed = m.log_fd >= 0 && write(in[1], line.data(), line.size()) ==
+                                               static_cast<ssize_t>(line.size());
+      const int error = errno;
+      pid_t pid = -1;
+      std::string spawn_error;
+      if (handed) {
+        rig::child::Spec spec;
+        spec.argv = engine.argv(i, rigd_args);
+        spec.search_path = true;
+        spec.stdin_fd = in[0];
+        spec.stdout_fd = out[1];
+        spec.stderr_fd = m.log_fd;
+        // A group of its own: a Ctrl-C at the terminal reaches rig run, which ends the session in
+        // order (the end of its stdin), rather than killing ssh under the agent's report.
+        spec.own_group = true;
+        auto spawned = rig::child::spawn(spec);
+        if (spawned) {
+          pid = *spawned;
+        } else {
+          spawn_error = spawned.error();
+        }
+      }
+      close(in[0]);
+      close(out[1]);
+      if (pid < 0) {
+        for (int fd : {m.in_fd, m.out_fd, m.log_fd}) {
+          if (fd >= 0) close(fd);
+        }
+        if (!handed) {
+          return failure(m.name + ": could not hand ssh the job's key: " + std::strerror(error));
+        }
+        return failure(m.name + ": " + spawn_error);
+      }
+      watch(m, pid);
+      members_.push_back(m);
+    }
+    std::string agents_env;
+    for (Member& m : members_) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto line = rig::child::read_line(
+          m.out_fd, m.out_pending, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+      const auto at = rig::remote::parse_listening_line(line.value_or(""));
+      if (at) {
+        // From now on its stdout is its report: the end line its rigd writes there.
+        m.report = m.out_pending;
+        m.report_fd = m.out_fd;
+        m.out_fd = -1;
+        fcntl(m.report_fd, F_SETFL, fcntl(m.report_fd, F_GETFL) | O_NONBLOCK);
+        agents_env += (agents_env.empty() ? "" : ",") + m.name + "=" +
+                      rig::remote::address_text(at->host, at->port);
+        continue;
+      }
+      // Its stdout ended (ssh has ended, or is ending), or the time is up: which, and what it
+      // wrote on its stderr, say why.
+      int status = -1;
+      if (Clock::now() < deadline) {
+        if (const auto ended = rig::child::wait_for(m.pid, static_cast<int>(bounds_.stop_ms))) {
+          status = *ended;
+          m.status = *ended;
+          m.reaped = true;
+        }
+      }
+      const std::size_t index = static_cast<std::size_t>(&m - members_.data());
+      const LaunchFailure why =
+          engine.failed(index, status, agent_start_timeout_ms, line.value_or(""), log_text(m));
+      stop_and_reap();
+      return why;
     }
     return agents_env;
   }
@@ -510,7 +717,7 @@ class Launch {
       if (m.reaped || m.stop == Stop::none || m.killed) continue;
       const auto due = m.stopped_at + std::chrono::milliseconds(bounds_.stop_ms);
       if (Clock::now() >= due) {
-        kill(m.pid, SIGKILL);
+        send(m, SIGKILL);
         m.killed = true;
       } else {
         wake_by(due);
@@ -590,7 +797,8 @@ class Launch {
       m.reaped = true;
       m.ended = Clock::now();
       read_report(m);  // what it wrote before it ended is in the pipe now
-      for (int* fd : {&m.report_fd, &m.pid_fd, &m.out_fd}) {
+      pass_on_log(m);
+      for (int* fd : {&m.report_fd, &m.pid_fd, &m.out_fd, &m.in_fd, &m.log_fd}) {
         if (*fd >= 0) close(*fd);
         *fd = -1;
       }
@@ -648,10 +856,44 @@ class Launch {
     if (!wake_at_ || t < *wake_at_) wake_at_ = t;
   }
 
+  // Sends `m` `sig`; for an ssh or srun agent, a SIGINT or SIGTERM is the end of its session's
+  // stdin, which stops its rigd in order (rigd --watch-stdin) and lets its report come back over
+  // ssh. ssh itself gets only SIGKILL, for one that has not ended stop_ms after its stdin's end.
+  static void send(Member& m, int sig) {
+    if (m.session && sig != SIGKILL) {
+      if (m.in_fd >= 0) close(m.in_fd);
+      m.in_fd = -1;
+      return;
+    }
+    kill(m.pid, sig);
+  }
+
+  // What an ssh or srun agent has written on its stderr, its last agent_log_bytes_max bytes; empty
+  // for another process.
+  static std::string log_text(const Member& m) {
+    if (m.log_fd < 0) return {};
+    const off_t size = lseek(m.log_fd, 0, SEEK_END);
+    const off_t from = std::max<off_t>(0, size - static_cast<off_t>(agent_log_bytes_max));
+    std::string text(static_cast<std::size_t>(std::max<off_t>(size - from, 0)), '\0');
+    const ssize_t n = pread(m.log_fd, text.data(), text.size(), from);
+    text.resize(static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    return text;
+  }
+
+  // An ssh or srun agent's log, once it has ended, on rig run's stderr, each line after its host's
+  // name: what its rigd said, as rigd's log is for a local agent.
+  static void pass_on_log(const Member& m) {
+    if (m.log_fd < 0) return;
+    const std::string text = log_text(m);
+    for (std::string_view line : lines_of(text)) {
+      std::fprintf(stderr, "%s: %s\n", m.name.c_str(), rig::remote::printable_once(line).c_str());
+    }
+  }
+
   // Sends `m` SIGTERM, for `why`, if it is still running and has not had one.
   void terminate(Member& m, Stop why) {
     if (m.reaped || m.stop != Stop::none) return;
-    kill(m.pid, SIGTERM);
+    send(m, SIGTERM);
     m.stop = why;
     m.stopped_at = Clock::now();
   }
@@ -688,7 +930,7 @@ class Launch {
   }
   void stop_all(int sig) {
     for (Member& m : members_) {
-      if (m.pid > 0 && !m.reaped) kill(m.pid, sig);
+      if (m.pid > 0 && !m.reaped) send(m, sig);
     }
   }
   // Stops every process still running, SIGKILL after stop_ms for one that does not end, and
@@ -704,7 +946,7 @@ class Launch {
         m.status = *status;
         m.reaped = true;
       } else {
-        kill(m.pid, SIGKILL);
+        send(m, SIGKILL);
       }
     }
     reap_all();
@@ -715,7 +957,12 @@ class Launch {
       while (waitpid(m.pid, &m.status, 0) < 0 && errno == EINTR) {
       }
       m.reaped = true;
-      if (m.out_fd >= 0) close(m.out_fd);
+    }
+    for (Member& m : members_) {
+      for (int* fd : {&m.report_fd, &m.pid_fd, &m.out_fd, &m.in_fd, &m.log_fd}) {
+        if (*fd >= 0) close(*fd);
+        *fd = -1;
+      }
     }
   }
 
@@ -723,6 +970,8 @@ class Launch {
   const int timing_divisor_;
   const Bounds bounds_;
   std::vector<Member> members_;
+  // The ssh or srun agents' stderr files, removed at the end.
+  std::optional<rig::cli::TempDir> logs_;
   std::optional<Clock::time_point> wake_at_;         // the next time collect must look, if any
   int interrupts_seen_ = 0;                          // of interrupt_count, passed on already
   std::optional<Clock::time_point> interrupted_at_;  // the first interrupt's time
@@ -760,12 +1009,24 @@ int cmd_run(std::span<char*> args) {
   // all finds it (kill_all), and nothing it started outlives rig run's second Ctrl-C.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   Launch launch(rigd_path(o.rigd), o.timing_divisor);
-  auto agents_env = launch.start_agents(o.local, o.kinds, key);
-  if (!agents_env) {
-    std::fprintf(stderr, "rig run: %s\n", agents_env.error().c_str());
-    return exit_failure;
+  std::string agents_env;
+  if (o.local > 0) {
+    auto local = launch.start_agents(o.local, o.kinds, key);
+    if (!local) {
+      std::fprintf(stderr, "rig run: %s\n", local.error().c_str());
+      return exit_failure;
+    }
+    agents_env = *local;
+  } else {
+    auto remote = o.slurm ? launch.start_slurm_agents(o.kinds, key)
+                          : launch.start_ssh_agents(o.ssh, o.kinds, key);
+    if (const auto* failed = std::get_if<LaunchFailure>(&remote)) {
+      std::fprintf(stderr, "rig run: %s\n", failed->message.c_str());
+      return failed->exit_status;
+    }
+    agents_env = std::get<std::string>(remote);
   }
-  if (auto started = launch.start_controller(o.program, *agents_env, key.text()); !started) {
+  if (auto started = launch.start_controller(o.program, agents_env, key.text()); !started) {
     std::fprintf(stderr, "rig run: %s\n", started.error().c_str());
     return exit_failure;
   }

@@ -4,11 +4,15 @@
 // end, with the root cause.
 //
 //   rigd --key FILE|- --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] [--once]
+//        [--watch-stdin]
 //
 // The key is read once, at the start (`-`: from stdin, to its end), and handed to each job process
 // on a pipe; SIGHUP reads the file again, and a key that fails its checks leaves the one in use.
 // --once serves a single job in this process and exits with its outcome (0 closed, 1 failed): the
-// agent a launcher such as `rig run` starts, reporting on RIG_REMOTE_REPORT.
+// agent a launcher such as `rig run` starts, reporting on RIG_REMOTE_REPORT. With --watch-stdin
+// (and --key -, --once) the key is stdin's first line rather than all of it, and the end of stdin
+// stops the agent as SIGTERM does: a launcher that reaches the agent through a session (`rig run
+// --ssh`) keeps stdin open for as long as it wants the agent, so nothing outlives the session.
 //
 // Every line goes to stderr through one sink that never blocks (log.hpp). Signals are taken by one
 // thread of each process (sigwaitinfo), blocked in every other from the start, so that none is
@@ -87,7 +91,7 @@ void log(std::string_view line, Urgency urgency = Urgency::ordinary) {
 
 constexpr const char* usage_text =
     "usage: rigd --key FILE|- --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] "
-    "[--once]";
+    "[--once [--watch-stdin]]";
 
 [[noreturn]] void usage(const std::string& why) {
   log(why);
@@ -183,6 +187,22 @@ void take_signals() {
   }
 }
 
+// --watch-stdin: a thread that waits for stdin's end (what comes before it is dropped), then stops
+// the agent as a SIGTERM would, through the signal thread. Started after the signal thread, so it
+// has the stop signals blocked as every thread does.
+void watch_stdin() {
+  std::thread([] {
+    char buf[256];
+    for (;;) {
+      const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      break;
+    }
+    log("stdin ended (the launcher's session is gone): stopping");
+    kill(getpid(), SIGTERM);
+  }).detach();
+}
+
 // Blocks `sigs` in this thread (and every thread it starts from now on), then starts the thread
 // that takes them.
 void start_signal_thread(std::initializer_list<int> sigs, std::int64_t watchdog_ms,
@@ -202,6 +222,7 @@ struct Options {
   int port = -1;
   std::string kinds = "CPU,SIM";
   bool once = false;
+  bool watch_stdin = false;  // the key is stdin's first line; stdin's end stops the agent
   // Internal, for a job process the daemon starts: the inherited listening socket, the pipe the
   // key comes on, the shared counts of the log's losses, the job's number.
   bool serve_child = false;
@@ -239,6 +260,8 @@ Options parse(int argc, char** argv) {
       o.port = at->port;
     } else if (arg == "--once") {
       o.once = true;
+    } else if (arg == "--watch-stdin") {
+      o.watch_stdin = true;
     } else if (arg == "--kinds") {
       o.kinds = value();
     } else if (arg == "--cuda-lib") {
@@ -272,6 +295,9 @@ Options parse(int argc, char** argv) {
   }
   if (o.key_file.empty() && o.key_fd < 0) usage("--key FILE is required");
   if (o.port < 0) usage("--listen HOST:PORT is required");
+  if (o.watch_stdin && (!o.once || o.key_file != "-")) {
+    usage("--watch-stdin needs --once and --key -");
+  }
   return o;
 }
 
@@ -303,6 +329,23 @@ rig::Result<rig::remote::Key> first_key(const Options& o) {
   if (o.key_fd >= 0) {
     auto k = rig::remote::read_key_fd(o.key_fd, "descriptor " + std::to_string(o.key_fd));
     ::close(o.key_fd);
+    return k;
+  }
+  if (o.key_file == "-" && o.watch_stdin) {
+    // One line, so that stdin stays open after it: its end is the launcher's word to stop.
+    if (isatty(STDIN_FILENO)) return rig::Error("key on stdin: is a terminal; pipe the key in");
+    std::string pending;
+    auto line = rig::child::read_line(STDIN_FILENO, pending,
+                                      static_cast<int>(rig::remote::key_read_timeout_ms));
+    explicit_bzero(pending.data(), pending.size());
+    if (!line) {
+      return rig::Error("key on stdin: no line came before its end or within " +
+                        rig::remote::seconds_text(rig::remote::key_read_timeout_ms) +
+                        " (--watch-stdin takes the key as stdin's first line)");
+    }
+    auto k = rig::remote::key(*line);
+    explicit_bzero(line->data(), line->size());
+    if (!k) return rig::Error("key on stdin: " + k.error());
     return k;
   }
   if (o.key_file == "-") return rig::remote::read_key_fd(STDIN_FILENO, "stdin");
@@ -686,6 +729,7 @@ int main(int argc, char** argv) {
       (o.key_file == "-" ? std::string("from stdin") : o.key_file));
 
   if (o.once) {
+    if (o.watch_stdin) watch_stdin();
     rig::remote::set_agent_log([](const std::string& line) { log("job: " + line); });
     int status = exit_failure;
     std::string end = "job: interrupted";
