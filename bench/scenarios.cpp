@@ -472,6 +472,10 @@ constexpr std::uint64_t rail_rounds_max = 2'000;
 constexpr std::uint64_t rail_window = 4;
 // A throughput sample covers at least this many bytes: smaller rounds are timed in batches.
 constexpr std::uint64_t rail_batch_bytes_min = 256 << 10;
+// And at least this many windows of rounds: arrivals are seen in bursts (a destination that read
+// several rounds at once reports them in one write), so a sample of one round out of a window of
+// four timed the gap inside a burst, and 1 MiB rounds read up to 967 GB/s on the H200.
+constexpr std::uint64_t rail_batch_windows_min = 4;
 // The fill of a rail's sources, any value but zero (kernels.c, fill_bytes).
 constexpr std::uint64_t rail_fill_byte = 0xA5;
 
@@ -531,20 +535,19 @@ nlohmann::json rail_wire_bytes(std::size_t bytes) {
           {"count", count.size()}};
 }
 
-// Rounds of `size` in flight: rail_window, or half as many as go() lets through without waiting
-// for flow control (it waits while more than inflight_bytes_max are in flight, the frames' own
-// bytes counted too), and at least one. A go() that waited would move the time of the rounds
-// before it into the sample after them: at 1 MiB, with a window of inflight_bytes_max exactly,
-// the rounds arrived while go() waited and the samples after read hundreds of GB/s.
+// Rounds of `size` in flight: rail_window, or as many as go() lets through without waiting for
+// flow control (it waits while more than inflight_bytes_max are in flight), and at least one. A
+// go() that waited would move the time of the rounds before it into the sample after them.
 std::uint64_t rail_window_at(std::uint64_t size, std::uint64_t window_max) {
-  return std::clamp<std::uint64_t>(rig::remote::inflight_bytes_max / 2 / size, 1, window_max);
+  return std::clamp<std::uint64_t>(rig::remote::inflight_bytes_max / size, 1, window_max);
 }
 
 // GB/s of rounds of each size of one transfer from `from` into `to` (host buffers of the largest
 // size), driven by go() with rail_window_at(size, window_max) rounds in flight: each step starts
-// rounds until the window is full, then waits for the oldest one's arrival. One sample per batch of
-// rounds (at least rail_batch_bytes_min), from the arrival of the round before it to that of its
-// last; at each size the first batch, from an empty pipe, is left out.
+// rounds until the window is full, then waits for the oldest one's arrival. One sample per batch
+// of rounds (at least rail_batch_bytes_min, and rail_batch_windows_min windows), from the arrival
+// of the round before it to that of its last; at each size the first batch, from an empty pipe,
+// is left out.
 nlohmann::json rail_throughput(Ctx& ctx, std::string_view id, const rig::Buffer& from,
                                const rig::Buffer& to, std::uint64_t window_max) {
   nlohmann::json points = nlohmann::json::array();
@@ -553,13 +556,14 @@ nlohmann::json rail_throughput(Ctx& ctx, std::string_view id, const rig::Buffer&
     const std::uint64_t rounds =
         std::clamp(ctx.plan.stream_bytes_per_size / rail_bytes_share / size, stream_repeats_min,
                    rail_rounds_max);
+    const std::uint64_t window = rail_window_at(size, window_max);
     const std::uint64_t batch = std::max<std::uint64_t>(
-        1, std::min(rail_batch_bytes_min / size, rounds / stream_repeats_min));
+        1, std::min(std::max(rail_batch_bytes_min / size, rail_batch_windows_min * window),
+                    rounds / stream_repeats_min));
     const std::uint64_t batches = rounds / batch;
     const std::uint64_t last = (batches + 1) * batch;
     std::uint64_t started = 0, arrived = 0;
     std::vector<double> gbps;
-    const std::uint64_t window = rail_window_at(size, window_max);
     std::uint64_t t_prev = now_ns();
     for (std::uint64_t b = 0; b <= batches; ++b) {
       for (std::uint64_t i = 0; i < batch; ++i) {
