@@ -320,26 +320,22 @@ void Connection::send(const Message& m) {
 }
 
 void Connection::send_lazy(const Message& m) {
-  if (state_ != State::open) return;
-  encode(m, lazy_);
-  if (lazy_flush_queued_) return;
-  lazy_flush_queued_ = true;
-  reactor_.when_idle([self = self_] {
-    if (Connection* c = *self) {
-      c->lazy_flush_queued_ = false;
-      guard([&] { c->flush_lazy(); }, [c](const std::string& what) { c->thrown(what); });
-    }
-  });
+  hold(m, &Connection::lazy_flush_queued_, &Reactor::when_idle);
 }
 
 void Connection::send_soon(const Message& m) {
+  hold(m, &Connection::soon_flush_queued_, &Reactor::at_turn_end);
+}
+
+void Connection::hold(const Message& m, bool Connection::*queued,
+                      void (Reactor::*flush_at)(std::function<void()>)) {
   if (state_ != State::open) return;
   encode(m, lazy_);
-  if (soon_flush_queued_) return;
-  soon_flush_queued_ = true;
-  reactor_.at_turn_end([self = self_] {
+  if (this->*queued) return;
+  this->*queued = true;
+  (reactor_.*flush_at)([self = self_, queued] {
     if (Connection* c = *self) {
-      c->soon_flush_queued_ = false;
+      c->*queued = false;
       guard([&] { c->flush_lazy(); }, [c](const std::string& what) { c->thrown(what); });
     }
   });

@@ -187,7 +187,11 @@ class Connection final : private TransportEvents {
   // Writes `pieces` (or all of `owned` when there are none): the socket first, a request for
   // the rest.
   void write_buffers(Bytes owned, std::span<const Piece> pieces, std::function<void()> done);
-  void flush_lazy();  // send_lazy's messages, in a write of their own
+  // Holds `m` for the next write, and unless `queued` says one is, asks the reactor for a flush
+  // at `flush_at` (send_lazy's and send_soon's shared part).
+  void hold(const Message& m, bool Connection::*queued,
+            void (Reactor::*flush_at)(std::function<void()>));
+  void flush_lazy();  // the held messages, in a write of their own
   void tick(std::int64_t now_ms);
   void fail(const std::string& cause);
   // Why a handshake that did not finish in time failed: what it still lacked.
