@@ -138,9 +138,12 @@ State& state() {
 
 // Each thread's stack of current contexts. A fixed array, not a vector: a thread_local with a
 // destructor in a dlopen'ed library races (as TSan sees it) with the loader freeing its storage.
+// In the static TLS block (initial-exec, 132 bytes of the loader's surplus for dlopen'ed
+// libraries), not in blocks the loader allocates and frees per thread: TSan saw a thread's write
+// here race with another thread's exit freeing such a block it had been given again.
 constexpr int context_stack_max = 16;
-thread_local Ctx* current[context_stack_max];
-thread_local int current_depth = 0;
+__attribute__((tls_model("initial-exec"))) thread_local Ctx* current[context_stack_max];
+__attribute__((tls_model("initial-exec"))) thread_local int current_depth = 0;
 
 Ctx* current_ctx() {
   return current_depth == 0 ? nullptr : current[current_depth - 1];
