@@ -154,26 +154,43 @@ TEST_CASE(
   CHECK(net.no_strays_within(host_end_ms));
 }
 
+// rig run --ssh on both hosts with a controller that says "ready" once the job has started and
+// then waits for its stdin's end. Owner: the test. Lifetime: its scope, which closes the pipes.
+struct ReadyJob {
+  explicit ReadyJob(Net& net) {
+    const std::string controller = net.dir() + "/controller";
+    script(controller, "#!/bin/sh\necho ready\nread line\n");
+    int in_fds[2], out_fds[2];
+    REQUIRE(pipe2(in_fds, O_CLOEXEC) == 0);
+    REQUIRE(pipe2(out_fds, O_CLOEXEC) == 0);
+    in = in_fds[1];
+    out = out_fds[0];
+    rig = net.start(rig_run("node1,node2", env("RIG_TEST_RIGD"), {controller}), in_fds[0],
+                    out_fds[1], -1);
+    close(in_fds[0]);
+    close(out_fds[1]);
+    REQUIRE(rig::child::read_line(out, pending, run_timeout_ms) == "ready");
+  }
+  ~ReadyJob() {
+    close(in);
+    close(out);
+  }
+  ReadyJob(const ReadyJob&) = delete;
+  ReadyJob& operator=(const ReadyJob&) = delete;
+  pid_t rig = -1;
+  int in = -1;          // the controller's stdin, through rig run's
+  int out = -1;         // rig run's stdout
+  std::string pending;  // read from `out` past the "ready" line
+};
+
 TEST_CASE("rig run --ssh: a killed rig run leaves no agent on any host") {
   Net net;
-  const std::string controller = net.dir() + "/controller";
-  script(controller, "#!/bin/sh\necho ready\nread line\n");
-  int in[2], out[2];
-  REQUIRE(pipe2(in, O_CLOEXEC) == 0);
-  REQUIRE(pipe2(out, O_CLOEXEC) == 0);
-  const pid_t rig =
-      net.start(rig_run("node1,node2", env("RIG_TEST_RIGD"), {controller}), in[0], out[1], -1);
-  close(in[0]);
-  close(out[1]);
-  std::string pending;
-  REQUIRE(rig::child::read_line(out[0], pending, run_timeout_ms) == "ready");
+  ReadyJob job(net);
   CHECK(!net.strays().empty());
   // SIGKILL: rig run does nothing more, and its end of each ssh's stdin closes with it.
-  kill(rig, SIGKILL);
-  rig::child::wait_exit(rig);
+  kill(job.rig, SIGKILL);
+  rig::child::wait_exit(job.rig);
   CHECK(net.no_strays_within(host_end_ms));
-  close(in[1]);
-  close(out[0]);
 }
 
 TEST_CASE("rig run --ssh: a host that cannot be reached, logged in to or resolved") {
@@ -257,27 +274,15 @@ TEST_CASE("rig run --ssh: a host that reports no address within 10 s ends the st
 
 TEST_CASE("rig run --ssh: a Ctrl-C of rig run ends the job's processes on every host") {
   Net net;
-  const std::string controller = net.dir() + "/controller";
-  script(controller, "#!/bin/sh\necho ready\nread line\n");
-  int in[2], out[2];
-  REQUIRE(pipe2(in, O_CLOEXEC) == 0);
-  REQUIRE(pipe2(out, O_CLOEXEC) == 0);
-  const pid_t rig =
-      net.start(rig_run("node1,node2", env("RIG_TEST_RIGD"), {controller}), in[0], out[1], -1);
-  close(in[0]);
-  close(out[1]);
-  std::string pending;
-  REQUIRE(rig::child::read_line(out[0], pending, run_timeout_ms) == "ready");
-  kill(rig, SIGINT);
+  ReadyJob job(net);
+  kill(job.rig, SIGINT);
   // The controller takes the SIGINT; the agents' sessions end (their stdin), in order.
-  const auto status = rig::child::wait_for(rig, host_end_ms);
+  const auto status = rig::child::wait_for(job.rig, host_end_ms);
   REQUIRE_MESSAGE(status, "rig run still running after a Ctrl-C");
-  const std::string rest = pending + rig::child::read_all(out[0]);
+  const std::string rest = job.pending + rig::child::read_all(job.out);
   CHECK(rest.find("rig run: node1      stopped, as the job did not start\n") != std::string::npos);
   CHECK(rest.find("rig run: node2      stopped, as the job did not start\n") != std::string::npos);
   CHECK(net.no_strays_within(host_end_ms));
-  close(in[1]);
-  close(out[0]);
 }
 
 TEST_CASE(
