@@ -211,13 +211,29 @@ inline CloseOverStopped close_over_stopped_agent(const std::string& key_file, Ri
   return out;
 }
 
+// A job that closes when its test's scope ends, however it ends: a failed REQUIRE must not leave
+// the process's one job open, failing every case after it with "a job of this process is open".
+// Owner: the test's stack frame; any thread, as Job. Lifetime: the scope (never moved).
+class ScopedJob : public rig::remote::Job {
+ public:
+  explicit ScopedJob(const rig::remote::Job& job) : rig::remote::Job(job) {}
+  ~ScopedJob() {
+    try {
+      close();  // returns at once if the test closed it already
+    } catch (...) {
+    }
+  }
+  ScopedJob(const ScopedJob&) = delete;
+  ScopedJob& operator=(const ScopedJob&) = delete;
+};
+
 // A job on `agents`, started or the test stops.
-inline rig::remote::Job start_job(const std::string& key_file, const std::vector<Rigd*>& agents) {
+inline ScopedJob start_job(const std::string& key_file, const std::vector<Rigd*>& agents) {
   std::vector<rig::remote::Address> addresses;
   for (Rigd* a : agents) addresses.push_back(a->address());
   auto job = rig::remote::connect(load_key(key_file), addresses);
   REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
-  return *job;
+  return ScopedJob(*job);
 }
 
 }  // namespace rig::test
