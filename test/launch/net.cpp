@@ -462,4 +462,10 @@ std::vector<pid_t> Net::in_launcher() const {
   return in_namespace(ns("l"));
 }
 
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  REQUIRE_MESSAGE(v != nullptr, name << " is not set (meson sets it)");
+  return v;
+}
+
 }  // namespace rig::test

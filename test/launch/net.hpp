@@ -77,4 +77,17 @@ class Net {
   std::vector<std::thread> drains_;
 };
 
+// rig run's exit statuses for a job that could not start (tools/rig/commands.hpp): the tests
+// write them out, so that a change of the documented numbers shows.
+inline constexpr int exit_unresolved = 10;
+inline constexpr int exit_unreachable = 11;
+inline constexpr int exit_no_rigd = 12;
+inline constexpr int exit_agent_silent = 13;
+inline constexpr int exit_srun = 14;
+// The most a whole rig run of the remote example may take.
+inline constexpr int run_timeout_ms = 60'000;
+
+// The environment variable `name`, which meson sets for the launch suite.
+std::string env(const char* name);
+
 }  // namespace rig::test

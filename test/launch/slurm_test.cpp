@@ -15,23 +15,12 @@
 #include "child/child.hpp"
 #include "net.hpp"
 
-using rig::test::Net;
-using rig::test::Ran;
+using namespace rig::test;
 
 namespace {
 
-constexpr int exit_no_rigd = 12;
-constexpr int exit_agent_silent = 13;
-constexpr int exit_srun = 14;
-constexpr int run_timeout_ms = 60'000;
 constexpr int node_end_ms = 5'000;      // a node's rigd ends with its srun's stdin
 constexpr int scancel_end_ms = 12'000;  // the bound on a scancel's end on every node
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  REQUIRE_MESSAGE(v != nullptr, name << " is not set (meson sets it)");
-  return v;
-}
 
 std::vector<std::string> rig_slurm(const std::string& rigd) {
   return {env("RIG_TEST_RIG"),  "run", "--slurm", "--rigd", rigd, "--", env("RIG_TEST_EXAMPLE"),

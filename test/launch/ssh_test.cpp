@@ -18,30 +18,16 @@
 #include "child/child.hpp"
 #include "net.hpp"
 
-using rig::test::Net;
-using rig::test::Ran;
+using namespace rig::test;
 
 namespace {
 
-// rig run's exit statuses for a job that could not start (tools/rig/commands.hpp).
-constexpr int exit_unresolved = 10;
-constexpr int exit_unreachable = 11;
-constexpr int exit_no_rigd = 12;
-constexpr int exit_agent_silent = 13;
-
-constexpr int run_timeout_ms = 60'000;
 // How long a host may take to notice that its session ended and end its rigd: the end of the
 // session's stdin, and rigd's stop (within 200 ms), with room for a loaded machine.
 constexpr int host_end_ms = 5'000;
 constexpr int agent_start_timeout_s = 10;  // rig run's bound on a host's address
 // A job with a host gone fails within the liveness bound (10 s of silence) and a margin.
 constexpr int job_fail_bound_ms = 12'000;
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  REQUIRE_MESSAGE(v != nullptr, name << " is not set (meson sets it)");
-  return v;
-}
 
 std::vector<std::string> rig_run(const std::string& hosts, const std::string& rigd,
                                  const std::vector<std::string>& program) {
