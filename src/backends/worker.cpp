@@ -42,6 +42,12 @@ void Worker::stop() noexcept {
   // another device, whose own teardown must not run under our mutex.
 }
 
+bool Worker::settle(std::chrono::steady_clock::time_point until) noexcept {
+  std::unique_lock lock(state_->mu);
+  if (std::this_thread::get_id() == state_->thread) return false;
+  return state_->cv.wait_until(lock, until, [&] { return state_->exited; });
+}
+
 void Worker::loop(std::shared_ptr<State> state, detail::DeviceCore* device, PartHook hook) {
   for (;;) {
     detail::Work work;

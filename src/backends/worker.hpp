@@ -29,6 +29,9 @@ class Worker {
   void push(detail::Work work);
   // Stops taking work and drops what is queued; never waits.
   void stop() noexcept;
+  // After stop: waits, until `until` at the latest, for the work in hand to end and the thread
+  // with it. Returns whether the thread has ended (false on the worker's own thread).
+  bool settle(std::chrono::steady_clock::time_point until) noexcept;
 
  private:
   struct State {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -138,6 +139,15 @@ class Driver {
   // by close, or lost). Never waits, since a loss may come from the driver's own thread or while
   // host code runs forever; the driver's destructor waits for its threads.
   virtual void stop() noexcept = 0;
+
+  // After stop: waits, until `until` at the latest, for the work that had started when it stopped
+  // (host code woken by the loss, returning) to end. Returns whether it ended. A process about to
+  // exit after a failure calls it, so that host code gets a moment to finish what it says. Drivers
+  // with no threads of their own have nothing to wait for.
+  virtual bool settle(std::chrono::steady_clock::time_point until) noexcept {
+    (void)until;
+    return true;
+  }
 };
 
 // Static facts about a device.
@@ -175,6 +185,10 @@ class DeviceCore {
 
   // Loses the device with `why` (first cause wins): wakes its waiters and stops its driver.
   void lose(const std::string& why);
+  // Driver::settle, for a device that is lost or closed.
+  bool settle(std::chrono::steady_clock::time_point until) noexcept {
+    return driver_ == nullptr || driver_->settle(until);
+  }
 
   // Waits for submitted work (unless lost), stops the driver and frees every buffer's memory.
   void close();

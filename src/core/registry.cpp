@@ -36,6 +36,19 @@ void Registry::fail(const std::string& why) {
   for (const auto& d : devices) d->lose(why);
 }
 
+bool Registry::settle(std::chrono::steady_clock::time_point until) const {
+  std::vector<std::shared_ptr<DeviceCore>> devices;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& w : devices_) {
+      if (auto d = w.lock()) devices.push_back(std::move(d));
+    }
+  }
+  bool all = true;
+  for (const auto& d : devices) all = d->settle(until) && all;
+  return all;
+}
+
 std::optional<std::string> Registry::failure() const {
   std::lock_guard lock(mu_);
   return failure_;

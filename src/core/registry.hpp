@@ -24,6 +24,9 @@ class Registry {
   // Loses every device with `why`; the first cause wins.
   void fail(const std::string& why);
   std::optional<std::string> failure() const;
+  // After fail: waits, until `until` at the latest, for work that had started on any device to
+  // end (Driver::settle). Returns whether all of it did.
+  bool settle(std::chrono::steady_clock::time_point until) const;
   // Raises rig::Lost if the process has failed.
   void check_not_failed() const;
 

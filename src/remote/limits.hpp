@@ -106,6 +106,11 @@ inline constexpr std::int64_t staging_idle_release_ms = 1000;
 // the controller's view of such a rail is never more than this behind.
 inline constexpr std::uint64_t idle_work_delay_us = 500;
 
+// A job process whose job failed exits (its devices are lost), but first gives host code that was
+// running, woken by the raised rails, this long to return: host code that logs or cleans up on a
+// failure then finishes, and host code that never returns delays the exit by no more than this.
+inline constexpr std::int64_t failed_job_host_code_ms = 1000;
+
 // The remote layer's tunables (core/tunables.hpp says how each is read).
 
 // How long the loop polls after activity before it sleeps in epoll again. Waking a thread that

@@ -1,8 +1,12 @@
 /* Host code the core and backend tests run: small kernels whose effect a test can model exactly.
  * Built as a plain shared object and wrapped into a rig.program by the tests themselves, so the
  * core's tests do not depend on `rig pack`. */
+/* nanosleep */
+#define _POSIX_C_SOURCE 200809L
+
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rig/kernel.h"
@@ -91,8 +95,9 @@ RIG_ENTRY rail_pingpong(const rig_launch* l) {
 }
 
 /* args: rail (rig_rail*). Waits for the rail's arrived count to reach RIG_RAIL_RAISED, as host
- * code of a surviving agent does once its job has failed, then says so on the agent's stderr
- * (where the test reads it): "rail_wait_raised: arrived N sent M go G". */
+ * code of a surviving agent does once its job has failed, then, after a moment (as host code that
+ * cleans up takes: the job process must not exit under it), says so on the agent's stderr (where
+ * the test reads it): "rail_wait_raised: arrived N sent M go G". */
 RIG_ENTRY rail_wait_raised(const rig_launch* l) {
   rig_rail* r = (rig_rail*)(uintptr_t)l->args[0];
   static const char waiting[] = "rail_wait_raised: waiting\n";
@@ -100,6 +105,8 @@ RIG_ENTRY rail_wait_raised(const rig_launch* l) {
   const uint64_t arrived = rig_rail_wait_arrived(r, RIG_RAIL_RAISED);
   const uint64_t sent = rig_rail_sent(r);
   const uint64_t go = rig_rail_go(r);
+  const struct timespec moment = {0, 200 * 1000 * 1000};
+  nanosleep(&moment, NULL);
   char line[128];
   int n = snprintf(line, sizeof line, "rail_wait_raised: arrived %llu sent %llu go %llu\n",
                    (unsigned long long)arrived, (unsigned long long)sent, (unsigned long long)go);

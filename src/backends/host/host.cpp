@@ -74,6 +74,9 @@ class HostDriver final : public detail::Driver {
     return program::load_host(program);
   }
   void stop() noexcept override { worker_.stop(); }
+  bool settle(std::chrono::steady_clock::time_point until) noexcept override {
+    return worker_.settle(until);
+  }
 
  private:
   Worker worker_;

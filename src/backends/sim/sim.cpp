@@ -59,6 +59,9 @@ class SimDriver final : public detail::Driver {
     return program::load_host(program);  // a SIM device runs host code
   }
   void stop() noexcept override { worker_.stop(); }
+  bool settle(std::chrono::steady_clock::time_point until) noexcept override {
+    return worker_.settle(until);
+  }
 
  private:
   Worker worker_;

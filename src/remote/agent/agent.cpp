@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -24,6 +25,7 @@
 #include "remote/job/job.hpp"
 #include "remote/job/process.hpp"
 #include "remote/job/report.hpp"
+#include "remote/limits.hpp"
 #include "rig/remote.hpp"
 
 namespace rig::remote {
@@ -215,7 +217,11 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
   if (cause) write_report_line(report_fd, me, "failed " + *cause);
   // Work of a device may still reach memory this process holds: its devices are lost, and the
   // process must exit.
-  if (cause) rig::fail(*cause);
+  if (cause) {
+    rig::fail(*cause);
+    (void)rig::detail::Registry::get().settle(std::chrono::steady_clock::now() +
+                                              std::chrono::milliseconds(failed_job_host_code_ms));
+  }
   if (interrupted) clear_break();
   // Listening has stopped with the loop: what ended serve is raised now.
   if (thrown) std::rethrow_exception(thrown);
