@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "build_commit.hpp"
 #include "clock.hpp"
 #include "process.hpp"
 #include "remote/io/address.hpp"
@@ -70,7 +72,7 @@ Plan quick_plan() {
 
 const char* const usage_text =
     "usage: rig-bench [--quick] [--samples N] [--out DIR] [--rigd PATH] [--cpus A,B]\n"
-    "                 [--only ID,...]\n"
+    "                 [--only ID,...] [--machine NAME]\n"
     "                 [--hosts HOST:PORT,... --key FILE [--echo HOST:PORT]]\n"
     "       rig-bench echo --listen HOST:PORT\n"
     "       rig-bench report RESULTS.json OUT.png\n";
@@ -97,24 +99,55 @@ std::string first_line_of(const std::string& path, const std::string& prefix) {
   return "";
 }
 
-std::string command_output(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
 std::string hostname() {
   char h[256] = {};
   gethostname(h, sizeof h - 1);
   return h;
 }
 
-nlohmann::json machine_facts() {
+// The first NVIDIA GPU's model as the kernel module tells it ("NVIDIA H200"), or "" when there is
+// none: read from /proc rather than through the driver, so that naming the machine opens nothing.
+std::string gpu_model() {
+  std::error_code ec;
+  fs::directory_iterator it("/proc/driver/nvidia/gpus", ec);
+  std::vector<fs::path> gpus;
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) gpus.push_back(it->path());
+  std::sort(gpus.begin(), gpus.end());
+  for (const auto& g : gpus) {
+    std::string model = first_line_of((g / "information").string(), "Model:");
+    while (!model.empty() && (model.front() == ' ' || model.front() == '\t')) model.erase(0, 1);
+    if (!model.empty()) return model;
+  }
+  return "";
+}
+
+// Lower-case letters, digits and '-' only: the name goes into file names.
+std::string name_part(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u)) {
+      out += static_cast<char>(std::tolower(u));
+    } else if (!out.empty() && out.back() != '-') {
+      out += '-';
+    }
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out;
+}
+
+// What the machine is, for the results' file name and heading when --machine does not say: its
+// host name, its cores and its GPU, e.g. "vm-16c-nvidia-h200" (host names of lent machines say
+// little: both of ours are "vm").
+std::string machine_name(const std::string& gpu) {
+  std::string name = name_part(hostname());
+  if (name.empty()) name = "machine";
+  name += "-" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + "c";
+  if (!gpu.empty()) name += "-" + name_part(gpu);
+  return name;
+}
+
+nlohmann::json machine_facts(const std::string& given_name) {
   utsname u{};
   uname(&u);
   std::string model = first_line_of("/proc/cpuinfo", "model name\t: ");
@@ -125,7 +158,10 @@ nlohmann::json machine_facts() {
     std::istringstream in(first_line_of("/proc/meminfo", "MemTotal:"));
     in >> mem_kib;
   }
-  return {{"name", hostname()},
+  const std::string gpu = gpu_model();
+  return {{"name", given_name.empty() ? machine_name(gpu) : given_name},
+          {"hostname", hostname()},
+          {"gpu_model", gpu},
           {"cpu_model", model},
           {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
           {"kernel", std::string(u.sysname) + " " + u.release},
@@ -147,16 +183,9 @@ nlohmann::json versions() {
   char json_version[32];
   std::snprintf(json_version, sizeof json_version, "%d.%d.%d", NLOHMANN_JSON_VERSION_MAJOR,
                 NLOHMANN_JSON_VERSION_MINOR, NLOHMANN_JSON_VERSION_PATCH);
-  const std::string git =
-      command_output("git -C '" RIG_BENCH_SOURCE_DIR "' rev-parse --short HEAD 2>/dev/null");
-  const std::string dirty = command_output("git -C '" RIG_BENCH_SOURCE_DIR
-                                           "' status --porcelain --untracked-files=no 2>/dev/null");
-  return {{"rig", RIG_BENCH_VERSION},
-          {"git", git.empty() ? "unknown" : git + (dirty.empty() ? "" : "+changes")},
-          {"compiler", __VERSION__},
-          {"build", RIG_BENCH_BUILDTYPE},
-          {"libuv", uv_version_string()},
-          {"libsodium", sodium_version_string()},
+  return {{"rig", RIG_BENCH_VERSION},     {"git", rig::bench::build_commit},
+          {"compiler", __VERSION__},      {"build", RIG_BENCH_BUILDTYPE},
+          {"libuv", uv_version_string()}, {"libsodium", sodium_version_string()},
           {"nlohmann_json", json_version}};
 }
 
@@ -210,6 +239,7 @@ struct Options {
   std::string key_file;
   std::optional<rig::remote::Address> echo;
   std::vector<std::string> only;
+  std::string machine;  // --machine: the name in the results; empty: from what the machine is
 };
 
 Options parse(int argc, char** argv) {
@@ -251,6 +281,11 @@ Options parse(int argc, char** argv) {
         if (std::none_of(all.begin(), all.end(), [&](const Scenario& s) { return s.id == item; }))
           usage("no scenario '" + item + "' (--only)");
         o.only.push_back(item);
+      }
+    } else if (a == "--machine") {
+      o.machine = value();
+      if (o.machine.empty() || name_part(o.machine) != o.machine) {
+        usage("--machine takes a name of lower-case letters, digits and '-'");
       }
     } else if (a == "--key") {
       o.key_file = value();
@@ -395,7 +430,7 @@ int run(const Options& o) {
   const std::uint64_t t_start = rig::bench::now_ns();
   nlohmann::json results;
   results["schema"] = "rig-bench/1";
-  results["machine"] = machine_facts();
+  results["machine"] = machine_facts(o.machine);
   results["versions"] = versions();
   results["run"] = {
       {"date", today()},

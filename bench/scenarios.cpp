@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -340,13 +341,27 @@ nlohmann::json copy_wire_bytes(std::size_t bytes) {
           {"back", reached.size()}};
 }
 
-// The harness's kernels (kernels.c, built beside rig-bench) as a rig.program for this machine.
+// Where the harness's kernels are: beside the running rig-bench (where the build puts them, and
+// where they go when the two are carried to another machine), else where this build made them.
+std::string bench_kernels_path() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto beside = exe.parent_path() / "rig_bench_kernels.so";
+    if (std::filesystem::exists(beside, ec)) return beside.string();
+  }
+  return RIG_BENCH_KERNELS;
+}
+
+// The harness's kernels (kernels.c) as a rig.program for this machine.
 rig::Program bench_program() {
-  std::ifstream in(RIG_BENCH_KERNELS, std::ios::binary);
+  const std::string path = bench_kernels_path();
+  std::ifstream in(path, std::ios::binary);
   std::vector<char> so((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (so.empty()) {
-    throw std::runtime_error("cannot read " RIG_BENCH_KERNELS
-                             " (ninja -C build bench/rig_bench_kernels.so makes it)");
+    throw std::runtime_error("cannot read " + path +
+                             " (ninja -C build bench/rig_bench_kernels.so makes it; carried "
+                             "elsewhere, it goes beside rig-bench)");
   }
   rig::TargetSpec t{rig::TargetFormat::host_elf, rig::detail::host_isa_level(), {}};
   t.payload.resize(so.size());

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -75,7 +76,74 @@ void check_stats(const nlohmann::json& stats, const std::string& where) {
   CHECK(stats["count"].get<long>() > 0);
 }
 
+// Runs `bin` with `args` (shell words, quoted by the caller) into a fresh directory `out`; the
+// results file it wrote, parsed, and that file's name. Fails the test when the run fails.
+std::pair<nlohmann::json, std::string> run_bench(const std::string& bin, const std::string& args,
+                                                 const fs::path& out) {
+  fs::remove_all(out);
+  const std::string cmd =
+      "'" + bin + "' " + args + " --out '" + out.string() + "' >'" + out.string() + ".log' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::ifstream log(out.string() + ".log");
+    MESSAGE(std::string((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>()));
+  }
+  REQUIRE(rc == 0);
+  std::vector<fs::path> jsons;
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (e.path().extension() == ".json") jsons.push_back(e.path());
+  }
+  REQUIRE(jsons.size() == 1);
+  std::ifstream f(jsons[0]);
+  return {nlohmann::json::parse(f), jsons[0].filename().string()};
+}
+
+// The results of scenario `id` in its first placement.
+nlohmann::json first_result(const nlohmann::json& j, const std::string& id) {
+  for (const auto& s : j["scenarios"]) {
+    if (s["id"] != id) continue;
+    REQUIRE(s["status"] == "ran");
+    REQUIRE(!s["results"].empty());
+    return s["results"].begin().value();
+  }
+  FAIL("no scenario " << id);
+  return {};
+}
+
 }  // namespace
+
+TEST_CASE("rig-bench carried elsewhere: its kernels from beside it, the name it is given") {
+  // The binary and its kernels copied to a directory of their own, as they are to a lent machine
+  // without the build tree: the kernels must be read from beside the binary. A broken copy there
+  // shows which file is read (the build tree's is still in place and whole).
+  const fs::path dir =
+      fs::temp_directory_path() / ("rig-bench-carried-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(env("RIG_BENCH"), dir / "rig-bench");
+  const fs::path beside = dir / "rig_bench_kernels.so";
+  std::ofstream(beside).close();  // empty: unreadable as a program
+  const std::string args =
+      "--quick --only rig.sim.run --machine carried-test --rigd '" + env("RIG_RIGD") + "'";
+  {
+    auto [j, name] = run_bench((dir / "rig-bench").string(), args, dir / "out-broken");
+    const auto r = first_result(j, "rig.sim.run");
+    REQUIRE(r.contains("error"));
+    CHECK(r["error"].get<std::string>().find("cannot read " + beside.string()) !=
+          std::string::npos);
+  }
+  fs::copy_file(env("RIG_BENCH_KERNELS_SO"), beside, fs::copy_options::overwrite_existing);
+  auto [j, name] = run_bench((dir / "rig-bench").string(), args, dir / "out");
+  CHECK(name.rfind("carried-test-", 0) == 0);
+  CHECK(j["machine"]["name"] == "carried-test");
+  const auto r = first_result(j, "rig.sim.run");
+  CHECK_MESSAGE(!r.contains("error"), r.value("error", ""));
+  CHECK(r.contains("stats"));
+  // The commit was taken when the binary was built: the copy has no source tree to ask.
+  const std::string git = j["versions"]["git"];
+  CHECK(!git.empty());
+  fs::remove_all(dir);
+}
 
 TEST_CASE("rig-bench --quick writes the results file and a valid PNG report") {
   const fs::path out = fs::temp_directory_path() / ("rig-bench-smoke-" + std::to_string(getpid()));
@@ -100,7 +168,7 @@ TEST_CASE("rig-bench --quick writes the results file and a valid PNG report") {
 
   std::ifstream f(jsons[0]);
   const auto j = nlohmann::json::parse(f);
-  for (const char* key : {"cpu_model", "cores", "kernel", "name"}) {
+  for (const char* key : {"cpu_model", "cores", "kernel", "name", "hostname", "gpu_model"}) {
     CHECK_MESSAGE(j["machine"].contains(key), "machine." << key);
   }
   for (const char* key : {"rig", "git", "compiler", "libuv", "libsodium", "nlohmann_json"}) {
