@@ -45,17 +45,11 @@ void Timeline::wake_all() noexcept {
 
 void Timeline::wait(std::uint64_t value) const {
   if (reached() >= value && !lost()) return;
-  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_spin_ns);
-  for (unsigned i = 0;; ++i) {
-    check();
-    if (reached() >= value) return;
-    cpu_relax();
-    if ((i & 63) != 63) continue;
-    if (std::chrono::steady_clock::now() >= spin_until) break;
-    // The work waited for may need this core (the loop thread that sends it, or a device's worker,
-    // when they share it): a spin that never yields would hold that work back for its whole
-    // length. With nothing else to run, this returns at once.
-    sched_yield();
+  if (spin_for(wait_spin_ns, [&] {
+        check();
+        return reached() >= value;
+      })) {
+    return;
   }
   for (;;) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);

@@ -8,7 +8,7 @@ namespace {
 // After the last work completes, watches for the next for the poll budget before the thread goes
 // to sleep: a submitter that issues, waits and issues again then never pays for waking it.
 void linger(const Engine& e, std::uint64_t seen) {
-  poll_for(poll_budget_ns(), [&] { return e.issued.load(std::memory_order_acquire) != seen; });
+  spin_for(poll_budget_ns(), [&] { return e.issued.load(std::memory_order_acquire) != seen; });
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ std::uint64_t poll_budget_ns() {
 
 Outcome wait_event(Engine& e, CUevent event) {
   CUresult r = CUDA_ERROR_NOT_READY;
-  if (poll_for(poll_budget_ns(),
+  if (spin_for(poll_budget_ns(),
                [&] { return (r = e.api.cuEventQuery.fn(event)) != CUDA_ERROR_NOT_READY; })) {
     if (r == CUDA_SUCCESS) return {};
     return Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuEventQuery.name, r)};

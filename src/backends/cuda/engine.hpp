@@ -102,31 +102,9 @@ inline constexpr std::size_t staging_slots = 3;
 // make_cuda_devices makes it before any thread of a device runs.
 std::uint64_t poll_budget_ns();
 
-// Looks a poll makes between two readings of the clock, each reading followed by an offer of the
-// core to another thread. Measured on an H200 (the backend's figures, interleaved runs): with 16,
-// small work completes as fast as with polls that never yield (9-11 us for a 64 B pinned copy);
-// with 64 it took 46-49 us, close to the whole poll budget, for reasons not yet found. Measure
-// again before changing it.
-inline constexpr unsigned poll_looks_per_yield = 16;
-
-// The engine's polls (the wait for an event, the watch for new work): calls `done` until it returns
-// true (then true) or `budget_ns` has passed (false), with a spin pause between looks and
-// sched_yield at each reading of the clock. The thread that acts on what the poll publishes (the
-// agent's loop, a waiter) may share this core, as every thread of a process confined to one CPU
-// does: a poll that never yields holds it back until the poll ends or the scheduler preempts. Alone
-// on its core, the yield returns at once.
-template <typename Done>
-bool poll_for(std::uint64_t budget_ns, Done&& done) {
-  if (budget_ns == 0) return false;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget_ns);
-  for (unsigned look = 1;; ++look) {
-    if (done()) return true;
-    rig::detail::cpu_relax();
-    if (look % poll_looks_per_yield != 0) continue;
-    if (std::chrono::steady_clock::now() >= until) return false;
-    sched_yield();
-  }
-}
+// The engine's polls (the wait for an event, the watch for new work) are core/spin.hpp's spin_for:
+// they yield the core often, for the agent's loop or a waiter that may share it.
+using rig::detail::spin_for;
 
 // Waits for `event` on the calling thread (the feeder or the completion thread, never a submitter):
 // polls for poll_budget_ns(), then blocks. Returns CUDA_SUCCESS or the failing call's outcome.

@@ -53,15 +53,11 @@ void RailWord::publish(std::uint64_t v) noexcept {
 std::uint64_t RailWord::wait(std::uint64_t v) const noexcept {
   std::uint64_t now = get();
   if (now >= v) return now;
-  const auto spin_until =
-      std::chrono::steady_clock::now() + std::chrono::nanoseconds(rig::detail::wait_spin_ns);
-  for (unsigned i = 0;; ++i) {
-    now = get();
-    if (now >= v) return now;
-    rig::detail::cpu_relax();
-    if ((i & 63) != 63) continue;
-    if (std::chrono::steady_clock::now() >= spin_until) break;
-    sched_yield();  // the thread that moves the count may need this core
+  if (rig::detail::spin_for(rig::detail::wait_spin_ns, [&] {
+        now = get();
+        return now >= v;
+      })) {
+    return now;
   }
   auto& self = const_cast<RailWord&>(*this);
   for (;;) {
