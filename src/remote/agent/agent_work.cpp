@@ -634,8 +634,9 @@ void AgentWork::submit(const Submit& m, Op& op) {
     parts.emplace_back(std::move(r));
   }
   if (parts.empty()) {
-    // Nothing to run: every earlier message's work is done, so the value is reached now.
-    controller_->send(Reached{m.device, m.value});
+    // Nothing to run: every earlier message's work is done, so the value is reached now. A batch
+    // of such messages read at once is answered in one write (send_soon).
+    controller_->send_soon(Reached{m.device, m.value});
     return;
   }
   try {
@@ -722,7 +723,7 @@ void AgentWork::finish_running() {
                              });
   }
   for (Buffer& b : run.staged) staging_->give_back(std::move(b));
-  controller_->send(Reached{run.device_id, run.value});
+  controller_->send_soon(Reached{run.device_id, run.value});
   pump();
 }
 

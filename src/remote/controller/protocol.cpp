@@ -187,9 +187,12 @@ void ControllerProtocol::send(std::size_t index, Bytes owned,
     }
     m->expects.push_back(std::move(*expect));
   }
-  std::function<void()> done;
-  if (keep) done = [keep = std::move(keep)] {};
-  m->connection->send_pieces(std::move(owned), pieces, std::move(done));
+  if (!keep) {
+    // A message of its own bytes only (a small SUBMIT, an ALLOC): the ones the loop takes from
+    // the queue in one turn go in one write (send_soon), as pipelined calls come.
+    return m->connection->send_soon(std::move(owned), pieces);
+  }
+  m->connection->send_pieces(std::move(owned), pieces, [keep = std::move(keep)] {});
 }
 
 void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind, Message&& m) {

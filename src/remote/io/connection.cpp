@@ -327,10 +327,31 @@ void Connection::send_soon(const Message& m) {
   hold(m, &Connection::soon_flush_queued_, &Reactor::at_turn_end);
 }
 
+void Connection::send_soon(Bytes owned, std::span<const Piece> pieces) {
+  if (state_ != State::open) return;
+  if (std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.external; })) {
+    return send_pieces(std::move(owned), pieces, nullptr);
+  }
+  if (pieces.empty()) {
+    lazy_.insert(lazy_.end(), owned.begin(), owned.end());
+  } else {
+    for (const Piece& p : pieces) {
+      const auto from = owned.begin() + static_cast<std::ptrdiff_t>(p.offset);
+      lazy_.insert(lazy_.end(), from, from + static_cast<std::ptrdiff_t>(p.bytes));
+    }
+  }
+  flush_held_at(&Connection::soon_flush_queued_, &Reactor::at_turn_end);
+}
+
 void Connection::hold(const Message& m, bool Connection::*queued,
                       void (Reactor::*flush_at)(std::function<void()>)) {
   if (state_ != State::open) return;
   encode(m, lazy_);
+  flush_held_at(queued, flush_at);
+}
+
+void Connection::flush_held_at(bool Connection::*queued,
+                               void (Reactor::*flush_at)(std::function<void()>)) {
   if (this->*queued) return;
   this->*queued = true;
   (reactor_.*flush_at)([self = self_, queued] {

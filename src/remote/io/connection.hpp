@@ -119,6 +119,10 @@ class Connection final : private TransportEvents {
   // Queues one write of `pieces`, in order, behind everything queued before it; `owned` is kept
   // by the connection until the write is done. Only while open (else `done` runs at once).
   void send_pieces(Bytes owned, std::span<const Piece> pieces, std::function<void()> done);
+  // send_soon for a message encoded already: `pieces` of `owned` (all of it when there are none).
+  // A piece in caller memory cannot wait (its `done` says when the memory is free), so such a
+  // message goes at once, as send_pieces sends it.
+  void send_soon(Bytes owned, std::span<const Piece> pieces);
 
   // Ends this side: sends `final_message` if given (an ABORT or a CLOSE), half-closes, then reads
   // and discards until the peer ends its side, `drain_timeout_ms` after the end (or after the final
@@ -191,6 +195,8 @@ class Connection final : private TransportEvents {
   // at `flush_at` (send_lazy's and send_soon's shared part).
   void hold(const Message& m, bool Connection::*queued,
             void (Reactor::*flush_at)(std::function<void()>));
+  // What has just been put in lazy_: unless `queued` says one is, asks the reactor for a flush.
+  void flush_held_at(bool Connection::*queued, void (Reactor::*flush_at)(std::function<void()>));
   void flush_lazy();  // the held messages, in a write of their own
   void tick(std::int64_t now_ms);
   void fail(const std::string& cause);

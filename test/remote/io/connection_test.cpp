@@ -526,3 +526,41 @@ TEST_CASE(
     j.finish();
   }
 }
+
+TEST_CASE(
+    "connection: send_soon of encoded bytes: a turn's messages in one write, caller memory "
+    "at once") {
+  // Two small messages encoded as a caller does (a SUBMIT's bytes, pieces of them), then a third
+  // whose piece lies in caller memory, which cannot be held.
+  auto encoded = [](const Message& m) {
+    Bytes b;
+    encode(m, b);
+    return b;
+  };
+  SUBCASE("held until the turn ends, then one write, in order") {
+    Ends j;
+    const std::uint64_t writes = j.ctl_end->writes();
+    j.ctl->send_soon(encoded(Free{3}), {});
+    const Bytes second = encoded(Free{4});
+    const Connection::Piece whole[] = {{nullptr, 0, second.size()}};
+    j.ctl->send_soon(second, whole);
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven");  // held: nothing written yet
+    CHECK(j.ctl_end->writes() == writes);
+    CHECK(j.reactor.run_soon());
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven | FREE | FREE");
+    CHECK(j.ctl_end->writes() == writes + 1);
+  }
+  SUBCASE("a piece in caller memory goes at once, after what is held") {
+    Ends j;
+    const std::uint64_t writes = j.ctl_end->writes();
+    j.ctl->send_soon(encoded(Free{3}), {});
+    const Bytes outside = encoded(Free{5});
+    const Connection::Piece external[] = {{outside.data(), 0, outside.size()}};
+    j.ctl->send_soon(Bytes{}, external);
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven | FREE | FREE");
+    CHECK(j.ctl_end->writes() == writes + 1);
+  }
+}
