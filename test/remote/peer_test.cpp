@@ -238,7 +238,15 @@ TEST_CASE("a copy larger than one staging piece arrives whole, both ways") {
   rig::copy(there, rig::Buffer::borrow(sent.data(), bytes));
   rig::copy(rig::Buffer::borrow(back.data(), bytes), there).wait();
   CHECK(std::equal(sent.begin(), sent.end(), back.begin()));
+  // The same at an offset in a larger buffer: each piece lands at its own place after it.
+  const std::size_t at = 7;
+  rig::Buffer larger = rig::Buffer::make((*sims)[0], bytes + 16);
+  rig::copy(larger, at, rig::Buffer::borrow(sent.data(), bytes), 0, bytes);
+  std::fill(back.begin(), back.end(), 0);
+  rig::copy(rig::Buffer::borrow(back.data(), bytes), 0, larger, at, bytes).wait();
+  CHECK(std::equal(sent.begin(), sent.end(), back.begin()));
   there = rig::Buffer();
+  larger = rig::Buffer();
   job->close();
   CHECK_FALSE(job->failed().has_value());
 }

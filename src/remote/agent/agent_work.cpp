@@ -337,9 +337,7 @@ void AgentWork::helper_returned() {
 void AgentWork::apply(Op& op) {
   Message& m = op.message;
   if (const auto* s = std::get_if<Submit>(&m)) {
-    const bool pieces = std::any_of(op.staged.begin(), op.staged.end(),
-                                    [](const Staged& st) { return st.pieces.size() > 1; });
-    return pieces ? join_staged(op) : submit(*s, op);
+    return submit(*s, op);
   }
   if (const auto* o = std::get_if<Open>(&m)) return open(*o);
   if (const auto* r = std::get_if<RailMake>(&m)) return rails_.make(*r, memory_);
@@ -503,57 +501,6 @@ void AgentWork::load(const Load& m, Op& op) {
       });
 }
 
-void AgentWork::join_staged(Op& op) {
-  // The copies staged in several pieces go to the helper thread, and come back as one buffer each.
-  struct Joining {
-    std::vector<std::vector<std::pair<Buffer, std::size_t>>> pieces;  // per staged copy
-    std::vector<std::optional<Buffer>> joined;
-    std::string short_of;
-  };
-  auto joining = std::make_shared<Joining>();
-  for (Staged& st : op.staged) {
-    joining->pieces.push_back(st.pieces.size() > 1 ? std::move(st.pieces)
-                                                   : std::vector<std::pair<Buffer, std::size_t>>{});
-    joining->joined.emplace_back();
-  }
-  auto waiting = std::make_shared<Op>(std::move(op));
-  off_loop(
-      [joining] {
-        for (std::size_t i = 0; i < joining->pieces.size(); ++i) {
-          auto& pieces = joining->pieces[i];
-          if (pieces.empty()) continue;
-          std::size_t total = 0;
-          for (const auto& piece : pieces) total += piece.second;
-          try {
-            Buffer whole = Buffer::make(rig::host(), total);
-            std::size_t at = 0;
-            for (auto& [buffer, bytes] : pieces) {
-              std::memcpy(whole.access().data() + at, buffer.access().data(), bytes);
-              at += bytes;
-              buffer = Buffer();  // let go as it goes, so the copy is held about once
-            }
-            joining->joined[i] = std::move(whole);
-          } catch (const std::exception& e) {
-            joining->short_of = e.what();
-            return;
-          }
-        }
-      },
-      [this, joining, waiting] {
-        if (!joining->short_of.empty()) {
-          return fail("cannot stage a copy from the controller: " + joining->short_of);
-        }
-        for (std::size_t i = 0; i < waiting->staged.size(); ++i) {
-          Staged& st = waiting->staged[i];
-          if (!joining->joined[i]) continue;
-          st.pieces.clear();
-          st.pieces.emplace_back(std::move(*joining->joined[i]),
-                                 static_cast<std::size_t>(st.bytes));
-        }
-        submit(std::get<Submit>(waiting->message), *waiting);
-      });
-}
-
 void AgentWork::submit(const Submit& m, Op& op) {
   Device* d = device(m.device, "SUBMIT");
   if (d == nullptr) return;
@@ -568,16 +515,29 @@ void AgentWork::submit(const Submit& m, Op& op) {
         return fail(
             "controller: malformed message: SUBMIT copies from the controller's memory to itself");
       }
+      if (p.src == 0) {
+        // Staged in pieces as the bytes came: one copy per piece, each to its place, so that no
+        // copy of the whole is made first (a second pass over gigabytes, and fresh pages).
+        Buffer* b = memory(p.dst, "SUBMIT");
+        if (b == nullptr) return;
+        std::size_t at = static_cast<std::size_t>(p.dst_offset);
+        for (auto& [piece, length] : op.staged[staged++].pieces) {
+          Copy one;
+          one.src = piece;
+          one.dst = *b;
+          one.dst_offset = at;
+          one.bytes = length;
+          at += length;
+          parts.emplace_back(std::move(one));
+        }
+        continue;
+      }
       Copy c;
       c.bytes = p.bytes;
-      if (p.src == 0) {
-        c.src = op.staged[staged++].pieces.front().first;
-      } else {
-        Buffer* b = memory(p.src, "SUBMIT");
-        if (b == nullptr) return;
-        c.src = *b;
-        c.src_offset = p.src_offset;
-      }
+      Buffer* src = memory(p.src, "SUBMIT");
+      if (src == nullptr) return;
+      c.src = *src;
+      c.src_offset = p.src_offset;
       if (p.dst == 0) {
         try {
           run.copies_back.emplace_back(staging_->take(p.bytes), p.bytes);

@@ -160,8 +160,6 @@ class AgentWork {
   // A last piece with room for the staged copy's next bytes: the one there, or a new one; the
   // error's text if none can be taken.
   std::optional<std::string> room_for_bytes(Staged& s);
-  // Joins each copy staged in several pieces into one buffer, off the loop, then submits.
-  void join_staged(Op& op);
   void watch();
   void check_running();
   void finish_running();
