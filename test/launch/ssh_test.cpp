@@ -278,9 +278,9 @@ TEST_CASE(
     bool blackhole;     // else kill -9 of its rigd
     std::string cause;  // the job's root cause, named by the host as given
   };
-  for (const Case& c :
-       {Case{"kill -9 of node2's rigd", false, "node2: closed its connection"},
-        Case{"node2 blackholed (its link down)", true, "node2: sent nothing for 10 s"}}) {
+  for (const Case& c : {Case{"kill -9 of node2's rigd", false, "node2: closed its connection"},
+                        Case{"node2 blackholed (nft drops what it sends and receives)", true,
+                             "node2: sent nothing for 10 s"}}) {
     CAPTURE(c.what);
     Net net;
     int out[2];
@@ -296,7 +296,7 @@ TEST_CASE(
     REQUIRE(rig::child::read_line(out[0], pending, run_timeout_ms) == "started");
     const auto t0 = std::chrono::steady_clock::now();
     if (c.blackhole) {
-      net.host_link("n2", false);
+      net.blackhole("n2", true);
     } else {
       pid_t victim = -1;
       for (const pid_t pid : net.strays_of("n2")) {
@@ -327,7 +327,7 @@ TEST_CASE(
     INFO("rig run said:\n" << rest);
     CHECK((rest.find("rig run: the job failed: " + c.cause + "\n") != std::string::npos ||
            rest.find("rig run: the job failed: " + relayed + "\n") != std::string::npos));
-    if (c.blackhole) net.host_link("n2", true);  // sshd's session then learns of its end
+    if (c.blackhole) net.blackhole("n2", false);  // sshd's session then learns of its end
     CHECK(net.no_strays_within(host_end_ms));
   }
 }
