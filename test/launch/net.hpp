@@ -84,6 +84,7 @@ class Net {
 
 // rig run's exit statuses for a job that could not start (tools/rig/commands.hpp): the tests
 // write them out, so that a change of the documented numbers shows.
+inline constexpr int exit_failure = 1;  // the job failed, or rig run was interrupted
 inline constexpr int exit_unresolved = 10;
 inline constexpr int exit_unreachable = 11;
 inline constexpr int exit_no_rigd = 12;

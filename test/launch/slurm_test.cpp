@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "child/child.hpp"
@@ -78,13 +80,38 @@ std::string slurm_state(const Net& net, const std::string& node) {
   return r.out.substr(from, r.out.find(' ', from) - from);
 }
 
-// The pid of the rigd on `node` (its srun step's task), or -1.
-pid_t rigd_on(const Net& net, const std::string& node) {
+// The pid of a process on `node` whose command line holds `word`, or -1.
+pid_t process_on(const Net& net, const std::string& node, const std::string& word) {
   for (const pid_t pid : net.strays_of(node)) {
-    if (read_file("/proc/" + std::to_string(pid) + "/cmdline").find("--watch-stdin") !=
-        std::string::npos) {
+    if (read_file("/proc/" + std::to_string(pid) + "/cmdline").find(word) != std::string::npos) {
       return pid;
     }
+  }
+  return -1;
+}
+
+// The pid of the rigd on `node` (its srun step's task), or -1.
+pid_t rigd_on(const Net& net, const std::string& node) {
+  return process_on(net, node, "--watch-stdin");
+}
+
+// A "rigd" for --rigd that is the real one on n1 and n2, and on n3 a program that prints nothing
+// and ends with its stdin (cat), as a rigd stuck before its listening line would.
+std::string silent_on_n3(const Net& net) {
+  const std::string path = net.dir() + "/half";
+  std::ofstream(path) << "#!/bin/sh\nif [ \"$SLURMD_NODENAME\" != n3 ]; then exec '"
+                      << env("RIG_TEST_RIGD") << "' \"$@\"; fi\nexec cat >/dev/null\n";
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+// The first child of `parent` (the command salloc runs), or -1.
+pid_t child_of(pid_t parent) {
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(parent) + "/task", ec)) {
+    std::ifstream in(task.path() / "children");
+    if (pid_t child = -1; in >> child) return child;
   }
   return -1;
 }
@@ -220,14 +247,7 @@ TEST_CASE("rig run --slurm: a scancel of the job leaves no rigd on any node with
 
 TEST_CASE("rig run --slurm: a node that reports no address within 10 s ends the start there") {
   Net net(Net::Engine::slurm);
-  // n1 and n2 run the real rigd; n3 a program that prints nothing and ends with its stdin.
-  const std::string half = net.dir() + "/half";
-  {
-    std::ofstream(half) << "#!/bin/sh\nif [ \"$SLURMD_NODENAME\" != n3 ]; then exec '"
-                        << env("RIG_TEST_RIGD") << "' \"$@\"; fi\nexec cat >/dev/null\n";
-  }
-  chmod(half.c_str(), 0755);
-  const Ran r = net.run(in_salloc(3, rig_slurm(half)), run_timeout_ms);
+  const Ran r = net.run(in_salloc(3, rig_slurm(silent_on_n3(net))), run_timeout_ms);
   INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
   CHECK(r.status == exit_agent_silent);
   CHECK(last_rig_line(r.err) == "rig run: n3: no address within 10 s");
@@ -326,11 +346,54 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("rig run --slurm: a Ctrl-C of rig run ends every process of the job on every node") {
+TEST_CASE(
+    "rig run --slurm: a Ctrl-C of rig run, while the agents start or once the job runs, ends every "
+    "process of the job on every node") {
   Net net(Net::Engine::slurm);
   // rig run's own files (its agents' logs) go here: nothing may be left in it.
   const std::string tmp = net.dir() + "/tmp";
   std::filesystem::create_directory(tmp);
+  {
+    // n3 says nothing: rig run is waiting for its address when the Ctrl-C comes. It must neither
+    // sit out the 10 s nor start the controller.
+    int out[2];
+    REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+    const std::string err_path = net.dir() + "/start.err";
+    const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    std::vector<std::string> argv = {"env", "TMPDIR=" + tmp};
+    for (const std::string& word : rig_slurm(silent_on_n3(net))) argv.push_back(word);
+    const pid_t salloc = net.start(in_salloc(3, argv), null_fd, out[1], err_fd);
+    for (const int fd : {null_fd, err_fd, out[1]}) close(fd);
+    // Every node's program runs (there is no event to wait on but the look).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(run_timeout_ms);
+    while (
+        !(rigd_on(net, "n1") > 0 && rigd_on(net, "n2") > 0 && process_on(net, "n3", "cat") > 0) &&
+        std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const pid_t rig = child_of(salloc);
+    REQUIRE(rig > 0);
+    REQUIRE(process_on(net, "n3", "cat") > 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    kill(rig, SIGINT);
+    const auto ended = rig::child::wait_for(salloc, interrupt_end_ms);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!ended) kill(salloc, SIGKILL);
+    const std::string said = rig::child::read_all(out[0]);
+    close(out[0]);
+    const std::string err = read_file(err_path);
+    INFO("stdout:\n" << said << "stderr:\n" << err << "in " << seconds << " s");
+    REQUIRE_MESSAGE(ended, "rig run still running " << interrupt_end_ms << " ms after a Ctrl-C");
+    CHECK(WIFEXITED(*ended));
+    CHECK(WEXITSTATUS(*ended) == exit_failure);
+    CHECK(last_rig_line(err) ==
+          "rig run: interrupted while the agents started; every agent started is stopped");
+    CHECK(said.empty());  // no controller ran
+    CHECK(net.no_strays_within(node_end_ms));
+    CHECK(std::filesystem::is_empty(tmp));
+  }
   // A controller that names rig run and the key, then starts the job and holds it.
   const std::string controller = net.dir() + "/controller";
   {
