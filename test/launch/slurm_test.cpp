@@ -154,8 +154,8 @@ TEST_CASE("rig run --slurm: the remote example through sbatch") {
 }
 
 TEST_CASE(
-    "rig run --slurm: rigd missing or not executable on the nodes, srun's own refusal, a NodeAddr "
-    "that does not resolve") {
+    "rig run --slurm: each failure to start: rigd missing or not executable on the nodes, srun's "
+    "own refusal, a node that reports no address within 10 s, a NodeAddr that does not resolve") {
   Net net(Net::Engine::slurm);
   const std::string missing = net.dir() + "/no-rigd";
   const std::string plain = net.dir() + "/plain";
@@ -186,6 +186,17 @@ TEST_CASE(
     CHECK(r.status == exit_srun);
     CHECK(
         last_rig_line(r.err).starts_with("rig run: n3: srun exited with status 1: srun: error: "));
+    CHECK(net.no_strays_within(node_end_ms));
+  }
+  {
+    // n3 prints no address: the start ends there, at 10 s.
+    const Ran r = net.run(in_salloc(3, rig_slurm(silent_on_n3(net))), run_timeout_ms);
+    INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+    CHECK(r.status == exit_agent_silent);
+    CHECK(last_rig_line(r.err) == "rig run: n3: no address within 10 s");
+    CHECK(r.seconds >= 10);
+    CHECK(r.seconds < 10 + 5);  // the bound, salloc's start and the stop of n1's and n2's agents
+    CHECK(r.out.empty());
     CHECK(net.no_strays_within(node_end_ms));
   }
   {
@@ -243,18 +254,6 @@ TEST_CASE("rig run --slurm: a scancel of the job leaves no rigd on any node with
                     "         exited with status 1 without reporting the job's end\n") !=
           std::string::npos);
   }
-}
-
-TEST_CASE("rig run --slurm: a node that reports no address within 10 s ends the start there") {
-  Net net(Net::Engine::slurm);
-  const Ran r = net.run(in_salloc(3, rig_slurm(silent_on_n3(net))), run_timeout_ms);
-  INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
-  CHECK(r.status == exit_agent_silent);
-  CHECK(last_rig_line(r.err) == "rig run: n3: no address within 10 s");
-  CHECK(r.seconds >= 10);
-  CHECK(r.seconds < 10 + 5);  // the bound, salloc's start and the stop of n1's and n2's agents
-  CHECK(r.out.empty());
-  CHECK(net.no_strays_within(node_end_ms));
 }
 
 TEST_CASE(
@@ -422,6 +421,7 @@ TEST_CASE(
   // The job runs: a rigd on every node, and the key on none of their command lines or
   // environments.
   for (const char* node : {"n1", "n2", "n3"}) CHECK(rigd_on(net, node) > 0);
+  CHECK(!std::filesystem::is_empty(tmp));  // the agents' logs, while they run
   for (const pid_t pid : net.strays()) {
     for (const char* what : {"cmdline", "environ"}) {
       CHECK_MESSAGE(
