@@ -365,15 +365,17 @@ TEST_CASE(
     const pid_t salloc = net.start(in_salloc(3, argv), null_fd, out[1], err_fd);
     for (const int fd : {null_fd, err_fd, out[1]}) close(fd);
     // Every node's program runs (there is no event to wait on but the look).
+    auto starting = [&] {
+      return rigd_on(net, "n1") > 0 && rigd_on(net, "n2") > 0 && process_on(net, "n3", "cat") > 0;
+    };
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(run_timeout_ms);
-    while (
-        !(rigd_on(net, "n1") > 0 && rigd_on(net, "n2") > 0 && process_on(net, "n3", "cat") > 0) &&
-        std::chrono::steady_clock::now() < until) {
+    bool started = false;
+    while (!(started = starting()) && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    REQUIRE(started);
     const pid_t rig = child_of(salloc);
     REQUIRE(rig > 0);
-    REQUIRE(process_on(net, "n3", "cat") > 0);
     const auto t0 = std::chrono::steady_clock::now();
     kill(rig, SIGINT);
     const auto ended = rig::child::wait_for(salloc, interrupt_end_ms);
