@@ -15,7 +15,7 @@ required=(libuv1-dev libsodium-dev nlohmann-json3-dev doctest-dev meson ninja-bu
 # The launch suite's engines (test/launch): a real sshd and a real Slurm (slurmctld, slurmd,
 # munged) in network namespaces it makes. On
 # a machine with systemd, installing openssh-server also starts and enables its ssh service.
-required+=(openssh-client openssh-server iproute2 slurm-wlm munge)
+required+=(openssh-client openssh-server iproute2 slurm-wlm munge nftables)
 # Optional ones are taken only where the distribution has them (libclang-rt-14-dev is a package of
 # its own on Debian 12; elsewhere clang carries its runtimes).
 format=(clang-format)

@@ -29,6 +29,7 @@ constexpr const char* netns_dir = "/run/netns";
 constexpr const char* ns_prefix = "riglaunch-";
 constexpr int setup_timeout_ms = 10'000;  // each setup command, and each sshd's first line
 constexpr const char* launcher_address = "198.18.0.254/24";
+constexpr const char* blackhole_table = "rig_blackhole";  // Net::blackhole's nft table
 const std::vector<std::string> host_addresses = {"198.18.0.1", "198.18.0.2", "198.18.0.3"};
 constexpr int slurm_ready_timeout_ms = 30'000;  // slurmctld up and every node idle
 
@@ -115,9 +116,11 @@ std::string launch_unavailable(const std::string& engine) {
           ? std::vector<std::pair<std::string, std::string>>{{"/usr/sbin/slurmctld", "slurm-wlm"},
                                                              {"/usr/sbin/slurmd", "slurm-wlm"},
                                                              {"/usr/bin/srun", "slurm-wlm"},
-                                                             {"/usr/sbin/munged", "munge"}}
+                                                             {"/usr/sbin/munged", "munge"},
+                                                             {"/usr/sbin/nft", "nftables"}}
           : std::vector<std::pair<std::string, std::string>>{{sshd_path, "openssh-server"},
-                                                             {"/usr/bin/ssh", "openssh-client"}};
+                                                             {"/usr/bin/ssh", "openssh-client"},
+                                                             {"/usr/sbin/nft", "nftables"}};
   for (const auto& [path, package] : needs) {
     if (access(path.c_str(), X_OK) != 0) {
       return "no " + path + " (Debian's " + package + "; tools/deps.sh installs it)";
@@ -336,6 +339,10 @@ void Net::start_slurm() {
                       "--uts", "sh", "-c", "hostname " + n + " && exec slurmd -D -N " + n},
                      dir_ + "/slurmd-" + n + ".log"));
   }
+  wait_slurm_idle();
+}
+
+void Net::wait_slurm_idle() const {
   // Slurm says nothing when it is ready: its nodes' state is looked at until all are idle.
   const auto until = Clock::now() + std::chrono::milliseconds(slurm_ready_timeout_ms);
   std::string last;
@@ -433,8 +440,21 @@ std::vector<pid_t> Net::strays_of(const std::string& part) const {
   return found;
 }
 
-void Net::host_link(const std::string& part, bool up) const {
-  must({"ip", "-n", ns(part), "link", "set", "eth0", up ? "up" : "down"});
+void Net::blackhole(const std::string& part, bool on) const {
+  const std::string in_ns = "--net=" + std::string(netns_dir) + "/" + ns(part);
+  if (!on) {
+    must({"nsenter", in_ns, "nft", "delete", "table", "inet", blackhole_table});
+    return;
+  }
+  // Both ways: what comes in is dropped, and what the host sends goes nowhere; its loopback
+  // (its own daemons' talk) is left alone.
+  const std::string t = std::string("inet ") + blackhole_table;
+  auto chain = [&](const std::string& name, const std::string& hook, const std::string& dev) {
+    return "add chain " + t + " " + name + " { type filter hook " + hook +
+           " priority 0; policy drop; }; add rule " + t + " " + name + " " + dev + " lo accept; ";
+  };
+  must({"nsenter", in_ns, "nft",
+        "add table " + t + "; " + chain("in", "input", "iif") + chain("out", "output", "oif")});
 }
 
 std::vector<pid_t> Net::strays() const {
@@ -464,7 +484,7 @@ std::vector<pid_t> Net::in_launcher() const {
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
-  REQUIRE_MESSAGE(v != nullptr, name << " is not set (meson sets it)");
+  REQUIRE_MESSAGE(v != nullptr, std::string(name) << " is not set (meson sets it)");
   return v;
 }
 

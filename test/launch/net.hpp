@@ -53,8 +53,13 @@ class Net {
   bool no_strays_within(int timeout_ms) const;
   // The processes in host `part`'s namespace ("n2") but for its daemon.
   std::vector<pid_t> strays_of(const std::string& part) const;
-  // Sets host `part`'s link up or down: down, it is a blackhole (what is sent to it is dropped).
-  void host_link(const std::string& part, bool up) const;
+  // Makes host `part` a blackhole, or ends that: an nft table in its namespace drops everything
+  // it sends or receives but on its loopback, its link still up, as a host whose network fails
+  // without a word (no reset, no unreachable).
+  void blackhole(const std::string& part, bool on) const;
+  // Engine::slurm: waits until sinfo says every node is idle, up to 30 s (a REQUIRE that fails
+  // with what sinfo and slurmctld said).
+  void wait_slurm_idle() const;
   // The processes in the launcher's namespace.
   std::vector<pid_t> in_launcher() const;
 
@@ -79,6 +84,7 @@ class Net {
 
 // rig run's exit statuses for a job that could not start (tools/rig/commands.hpp): the tests
 // write them out, so that a change of the documented numbers shows.
+inline constexpr int exit_failure = 1;  // the job failed, or rig run was interrupted
 inline constexpr int exit_unresolved = 10;
 inline constexpr int exit_unreachable = 11;
 inline constexpr int exit_no_rigd = 12;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "child/child.hpp"
@@ -239,23 +241,70 @@ TEST_CASE("rig run --ssh: rigd missing or not executable on a host") {
   }
 }
 
-TEST_CASE("rig run --ssh: a host that reports no address within 10 s ends the start there") {
+TEST_CASE(
+    "rig run --ssh: a host that reports no address within 10 s ends the start there, and so does "
+    "a Ctrl-C meanwhile") {
   Net net;
   // node1 runs the real rigd; node2 a program that prints nothing and ends with its stdin, as a
   // rigd stuck before its listening line would, held by its session.
   const std::string half = net.dir() + "/half";
   script(half, "#!/bin/sh\nif ip -br addr | grep -q ' 198\\.18\\.0\\.1/'; then exec '" +
                    env("RIG_TEST_RIGD") + "' \"$@\"; fi\nexec cat >/dev/null\n");
-  const Ran r = net.run(rig_run("node1,node2", half, example()), run_timeout_ms);
-  INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
-  CHECK(r.status == exit_agent_silent);
-  CHECK(failure_line(r) == "rig run: node2: no address within 10 s");
-  // The bound, and no more than a few seconds past it to stop the other host's agent.
-  CHECK(r.seconds >= agent_start_timeout_s);
-  CHECK(r.seconds < agent_start_timeout_s + 3);
-  CHECK(r.out.empty());
-  // node1's rigd, which had started, is gone too.
-  CHECK(net.no_strays_within(host_end_ms));
+  {
+    const Ran r = net.run(rig_run("node1,node2", half, example()), run_timeout_ms);
+    INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+    CHECK(r.status == exit_agent_silent);
+    CHECK(failure_line(r) == "rig run: node2: no address within 10 s");
+    // The bound, and no more than a few seconds past it to stop the other host's agent.
+    CHECK(r.seconds >= agent_start_timeout_s);
+    CHECK(r.seconds < agent_start_timeout_s + 3);
+    CHECK(r.out.empty());
+    // node1's rigd, which had started, is gone too.
+    CHECK(net.no_strays_within(host_end_ms));
+  }
+  {
+    // A Ctrl-C while rig run waits for node2: the start ends then, not at 10 s, and no controller
+    // runs.
+    const std::string err_path = net.dir() + "/start.err";
+    const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int out[2];
+    REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+    const pid_t rig = net.start(rig_run("node1,node2", half, example()), null_fd, out[1], err_fd);
+    for (const int fd : {null_fd, err_fd, out[1]}) close(fd);
+    // node1's agent runs and node2's session is open (there is no event to wait on but the look):
+    // rig run is waiting for node2's address, which never comes.
+    auto starting = [&] {
+      for (const pid_t pid : net.strays_of("n1")) {
+        if (read_file("/proc/" + std::to_string(pid) + "/cmdline").find("--watch-stdin") !=
+            std::string::npos) {
+          return !net.strays_of("n2").empty();
+        }
+      }
+      return false;
+    };
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(run_timeout_ms);
+    bool started = false;
+    while (!(started = starting()) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    REQUIRE(started);
+    kill(rig, SIGINT);
+    const auto status = rig::child::wait_for(rig, host_end_ms);
+    if (!status) kill(rig, SIGKILL);
+    const std::string said = rig::child::read_all(out[0]);
+    close(out[0]);
+    Ran r;
+    r.err = read_file(err_path);
+    INFO("stdout:\n" << said << "stderr:\n" << r.err);
+    REQUIRE_MESSAGE(status, "rig run still running " << host_end_ms << " ms after a Ctrl-C");
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == exit_failure);
+    CHECK(failure_line(r) ==
+          "rig run: interrupted while the agents started; every agent started is stopped");
+    CHECK(said.empty());
+    CHECK(net.no_strays_within(host_end_ms));
+  }
 }
 
 TEST_CASE("rig run --ssh: a Ctrl-C of rig run ends the job's processes on every host") {
@@ -278,9 +327,9 @@ TEST_CASE(
     bool blackhole;     // else kill -9 of its rigd
     std::string cause;  // the job's root cause, named by the host as given
   };
-  for (const Case& c :
-       {Case{"kill -9 of node2's rigd", false, "node2: closed its connection"},
-        Case{"node2 blackholed (its link down)", true, "node2: sent nothing for 10 s"}}) {
+  for (const Case& c : {Case{"kill -9 of node2's rigd", false, "node2: closed its connection"},
+                        Case{"node2 blackholed (nft drops what it sends and receives)", true,
+                             "node2: sent nothing for 10 s"}}) {
     CAPTURE(c.what);
     Net net;
     int out[2];
@@ -296,7 +345,7 @@ TEST_CASE(
     REQUIRE(rig::child::read_line(out[0], pending, run_timeout_ms) == "started");
     const auto t0 = std::chrono::steady_clock::now();
     if (c.blackhole) {
-      net.host_link("n2", false);
+      net.blackhole("n2", true);
     } else {
       pid_t victim = -1;
       for (const pid_t pid : net.strays_of("n2")) {
@@ -327,7 +376,7 @@ TEST_CASE(
     INFO("rig run said:\n" << rest);
     CHECK((rest.find("rig run: the job failed: " + c.cause + "\n") != std::string::npos ||
            rest.find("rig run: the job failed: " + relayed + "\n") != std::string::npos));
-    if (c.blackhole) net.host_link("n2", true);  // sshd's session then learns of its end
+    if (c.blackhole) net.blackhole("n2", false);  // sshd's session then learns of its end
     CHECK(net.no_strays_within(host_end_ms));
   }
 }

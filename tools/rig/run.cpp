@@ -185,6 +185,24 @@ void on_interrupt(int) {
   interrupt_count.fetch_add(1);
 }
 
+// Holds SIGINT and SIGTERM back; the mask from before, for ppoll, inside which alone they then get
+// through: one that comes after a look at interrupt_count still ends the wait that follows.
+sigset_t hold_interrupts() {
+  sigset_t held, open_mask;
+  sigemptyset(&held);
+  sigaddset(&held, SIGINT);
+  sigaddset(&held, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &held, &open_mask);
+  return open_mask;
+}
+
+// The time from now to `t` as ppoll takes it; zero once `t` has passed.
+timespec time_until(Clock::time_point t) {
+  const auto left = std::max(t - Clock::now(), Clock::duration::zero());
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
 // How long rig run gives the job's processes (DESIGN.md "Launching": it never waits on a process
 // that is gone, nor forever on one that says nothing): the real constants, or for tests divided
 // by --test-timing-divisor, which rig run passes on to rigd too.
@@ -513,9 +531,13 @@ class Launch {
     }
     std::string agents_env;
     for (Member& m : members_) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      const auto line = rig::child::read_line(
-          m.out_fd, m.out_pending, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+      bool interrupted = false;
+      const auto line = read_start_line(m, deadline, interrupted);
+      if (interrupted) {
+        stop_and_reap();
+        return LaunchFailure{"interrupted while the agents started; every agent started is stopped",
+                             exit_failure};
+      }
       const auto at = rig::remote::parse_listening_line(line.value_or(""));
       if (at) {
         // From now on its stdout is its report: the end line its rigd writes there.
@@ -544,6 +566,38 @@ class Launch {
       return why;
     }
     return agents_env;
+  }
+
+  // `m`'s next line on its stdout, as child::read_line reads it, by `deadline`; nothing at its end
+  // or the deadline, or once a Ctrl-C or SIGTERM of rig run has come (`interrupted`): a start that
+  // waits on a silent host is no wait the user must sit out, and no controller starts after it.
+  // SIGINT and SIGTERM get through only inside ppoll, as in collect (hold_interrupts).
+  static std::optional<std::string> read_start_line(Member& m, Clock::time_point deadline,
+                                                    bool& interrupted) {
+    const sigset_t open_mask = hold_interrupts();
+    std::optional<std::string> line;
+    for (;;) {
+      if (const std::size_t nl = m.out_pending.find('\n'); nl != std::string::npos) {
+        line = m.out_pending.substr(0, nl);
+        m.out_pending.erase(0, nl + 1);
+        break;
+      }
+      if (interrupt_count.load() > 0) {
+        interrupted = true;
+        break;
+      }
+      if (Clock::now() >= deadline) break;
+      const timespec timeout = time_until(deadline);
+      pollfd p{m.out_fd, POLLIN, 0};
+      if (ppoll(&p, 1, &timeout, &open_mask) <= 0) continue;  // the time, or a signal: look again
+      char chunk[4096];
+      const ssize_t n = read(m.out_fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      m.out_pending.append(chunk, static_cast<std::size_t>(n));
+    }
+    pthread_sigmask(SIG_SETMASK, &open_mask, nullptr);
+    return line;
   }
 
   // Starts `program` as the job's controller with the launcher's three variables; an Error says
@@ -584,11 +638,7 @@ class Launch {
   void collect() {
     // SIGINT and SIGTERM get through only inside ppoll, so that one that comes after the look at
     // interrupt_count still ends the wait.
-    sigset_t held, open_mask;
-    sigemptyset(&held);
-    sigaddset(&held, SIGINT);
-    sigaddset(&held, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &held, &open_mask);
+    const sigset_t open_mask = hold_interrupts();
     for (;;) {
       reap_ended();
       if (std::ranges::all_of(members_, &Member::reaped)) break;
@@ -843,9 +893,7 @@ class Launch {
     timespec timeout{};
     const timespec* bound = nullptr;  // no time of its own: only an event ends the wait
     if (wake_at_) {
-      const auto left = std::max(*wake_at_ - Clock::now(), Clock::duration::zero());
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-      timeout = {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+      timeout = time_until(*wake_at_);
       bound = &timeout;
       wake_at_.reset();
     }
