@@ -18,6 +18,7 @@
 #include "http_get.hpp"
 #include "remote/io/address.hpp"
 #include "rig/remote.hpp"
+#include "rig/rig.hpp"
 #include "rigd/http.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/process.hpp"
@@ -35,6 +36,12 @@ std::int64_t unix_ms() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+// A copy there and back of 3 MiB and 5 bytes, so that the last bulk frame is a short one; and what
+// may ride with it on the connection: the frames' headers (5 bytes a MiB), the copy's messages,
+// heartbeats. Generous: only the bytes' own count is exact.
+constexpr std::size_t copy_bytes = 3 * 1024 * 1024 + 5;
+constexpr std::size_t framing_overhead_bytes_max = 16 * 1024;
 
 // A scrape takes milliseconds; this bounds only a hang, on a loaded machine.
 constexpr int scrape_timeout_ms = 10'000;
@@ -173,6 +180,31 @@ TEST_SUITE("metrics") {
       const double since = value(m, "rig_job_serving_since_seconds");
       CHECK(since * 1000 >= static_cast<double>(before_ms) - 1000);
       CHECK(since * 1000 <= static_cast<double>(unix_ms()) + 1000);
+      // Bytes there and back through the agent's host memory: what its connection to the
+      // controller carried, each way, is those bytes and little more.
+      const auto before = scrape(a.metrics_port);
+      std::vector<std::uint8_t> bytes(copy_bytes, 0x5a), back(copy_bytes, 0);
+      auto there = rig::Buffer::make(job->hosts().at(0), copy_bytes);
+      rig::copy(there, rig::Buffer::borrow(bytes.data(), copy_bytes));
+      rig::copy(rig::Buffer::borrow(back.data(), copy_bytes), there).wait();
+      REQUIRE(back == bytes);
+      m = scrape(a.metrics_port);
+      for (const char* way : {"received", "sent"}) {
+        CAPTURE(way);
+        const std::string series =
+            "rig_connection_" + std::string(way) + "_bytes_total{role=\"controller\"}";
+        const double moved = value(m, series) - value(before, series);
+        CHECK(moved >= static_cast<double>(copy_bytes));
+        CHECK(moved <= static_cast<double>(copy_bytes + framing_overhead_bytes_max));
+        CHECK(value(m,
+                    "rig_connection_" + std::string(way) + "_messages_total{role=\"controller\"}") >
+              value(before,
+                    "rig_connection_" + std::string(way) + "_messages_total{role=\"controller\"}"));
+      }
+      CHECK(value(m, "rig_connection_received_bytes_total{role=\"agent\"}") == 0);
+      const double age = value(m, "rig_heartbeat_age_seconds{role=\"controller\"}");
+      CHECK(age >= 0);
+      CHECK(age < 10);
       st = status_of(a.metrics_port);
       CHECK(st["state"] == "serving");
       CHECK(st["job"]["number"] == 1);
@@ -186,6 +218,10 @@ TEST_SUITE("metrics") {
     CHECK(value(m, "rig_jobs_started_total") == 1);
     CHECK(value(m, "rig_jobs_ended_total{outcome=\"closed\"}") == 1);
     CHECK(value(m, "rig_jobs_ended_total{outcome=\"failed\"}") == 0);
+    // The ended job's traffic stays counted; no heartbeat age without a job.
+    CHECK(value(m, "rig_connection_received_bytes_total{role=\"controller\"}") >=
+          static_cast<double>(copy_bytes));
+    CHECK(value(m, "rig_heartbeat_age_seconds{role=\"controller\"}") == -1);
     st = status_of(a.metrics_port);
     CHECK(st["last"]["job"] == 1);
     CHECK(st["last"]["outcome"] == "closed");

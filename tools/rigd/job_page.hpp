@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "remote/io/counters.hpp"
+
 namespace rig::rigd {
 
 // The longest controller address kept: an IPv6 address in brackets and a port is 47 bytes.
@@ -28,6 +30,8 @@ struct JobPage {
   std::atomic<std::uint32_t> started{0};
   std::atomic<std::int64_t> started_unix_ms{0};
   std::atomic<char> controller[job_page_address_bytes_max]{};
+  // What the job's connections carried (the job process hands these to the remote layer).
+  rig::remote::ConnectionCounters connections;
 
   // Called by the job process once, when a controller has started the job.
   void start(std::string_view controller_address, std::int64_t unix_ms) {
@@ -52,6 +56,13 @@ struct JobPage {
     started.store(0);
     started_unix_ms.store(0);
     for (auto& c : controller) c.store('\0');
+    for (auto* r : {&connections.controller, &connections.agent}) {
+      r->sent_bytes.store(0);
+      r->received_bytes.store(0);
+      r->sent_messages.store(0);
+      r->received_messages.store(0);
+      r->last_received_ms.store(0);
+    }
   }
 };
 

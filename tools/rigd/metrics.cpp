@@ -62,6 +62,19 @@ void sample(std::string& out, std::string_view name, std::string_view labels, do
   out += '\n';
 }
 
+constexpr std::array<std::string_view, 2> role_labels = {"controller", "agent"};
+
+// The page's counts of each role, in role_labels' order.
+std::array<const rig::remote::ConnectionCounters::Role*, 2> roles_of(const JobPage& page) {
+  return {&page.connections.controller, &page.connections.agent};
+}
+
+std::int64_t steady_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 std::string_view cause_label(CauseKind kind) {
@@ -122,6 +135,15 @@ void Metrics::job_process_ended(std::uint64_t job, std::string_view report,
   std::lock_guard lock(mu_);
   const bool started = page_->started.load(std::memory_order_acquire) != 0;
   process_running_ = false;
+  // The job process is gone: what its page counted joins the totals before the page is cleared.
+  const auto roles = roles_of(*page_);
+  for (std::size_t r = 0; r < roles.size(); ++r) {
+    ended_traffic_[r].sent_bytes += roles[r]->sent_bytes.load();
+    ended_traffic_[r].received_bytes += roles[r]->received_bytes.load();
+    ended_traffic_[r].sent_messages += roles[r]->sent_messages.load();
+    ended_traffic_[r].received_messages += roles[r]->received_messages.load();
+  }
+  page_->clear();
   if (!started && report.empty()) return;  // no controller came: no job
   Last last;
   last.job = job;
@@ -156,6 +178,17 @@ Metrics::Snapshot Metrics::snapshot() const {
   s.failed = failed_;
   s.failures = failures_;
   s.last = last_;
+  s.traffic = ended_traffic_;
+  if (process_running_) {
+    const auto roles = roles_of(*page_);
+    for (std::size_t r = 0; r < roles.size(); ++r) {
+      s.traffic[r].sent_bytes += roles[r]->sent_bytes.load(std::memory_order_relaxed);
+      s.traffic[r].received_bytes += roles[r]->received_bytes.load(std::memory_order_relaxed);
+      s.traffic[r].sent_messages += roles[r]->sent_messages.load(std::memory_order_relaxed);
+      s.traffic[r].received_messages += roles[r]->received_messages.load(std::memory_order_relaxed);
+      if (s.serving) s.last_received_ms[r] = roles[r]->last_received_ms.load();
+    }
+  }
   return s;
 }
 
@@ -189,6 +222,44 @@ std::string Metrics::prometheus_text() const {
          "When the job being served started, Unix time; 0 when none is.");
   sample(out, "rig_job_serving_since_seconds", "",
          static_cast<double>(s.serving_since_unix_ms) / 1000);
+  struct Counter {
+    const char* name;
+    const char* help;
+    std::uint64_t Traffic::*field;
+  };
+  constexpr Counter counters[] = {
+      {"rig_connection_sent_bytes_total", "Bytes sent to the job's peers, by their role.",
+       &Traffic::sent_bytes},
+      {"rig_connection_received_bytes_total", "Bytes received from the job's peers, by their role.",
+       &Traffic::received_bytes},
+      {"rig_connection_sent_messages_total",
+       "Messages (other than bulk frames) sent to the job's peers, by their role.",
+       &Traffic::sent_messages},
+      {"rig_connection_received_messages_total",
+       "Messages (other than bulk frames) received from the job's peers, by their role.",
+       &Traffic::received_messages},
+  };
+  for (const Counter& c : counters) {
+    family(out, c.name, "counter", c.help);
+    for (std::size_t r = 0; r < role_labels.size(); ++r) {
+      sample(out, c.name, "role=\"" + std::string(role_labels[r]) + "\"",
+             static_cast<double>(s.traffic[r].*c.field));
+    }
+  }
+  // While a job is served: how long since its peers of each role last sent anything (a heartbeat
+  // comes every second; the silence rule fails the job at 10 s).
+  const std::int64_t now = steady_ms_now();
+  bool any = false;
+  for (std::size_t r = 0; r < role_labels.size(); ++r) {
+    if (s.last_received_ms[r] == 0) continue;
+    if (!any) {
+      family(out, "rig_heartbeat_age_seconds", "gauge",
+             "Seconds since the job's peers of a role last sent anything; only while serving.");
+      any = true;
+    }
+    sample(out, "rig_heartbeat_age_seconds", "role=\"" + std::string(role_labels[r]) + "\"",
+           static_cast<double>(std::max<std::int64_t>(now - s.last_received_ms[r], 0)) / 1000);
+  }
   return out;
 }
 
@@ -212,6 +283,13 @@ std::string Metrics::status_json() const {
     j["job"] = nullptr;
   }
   j["jobs"] = {{"started", s.jobs_started}, {"closed", s.closed}, {"failed", s.failed}};
+  for (std::size_t r = 0; r < role_labels.size(); ++r) {
+    j["traffic"][std::string(role_labels[r])] = {
+        {"sent_bytes", s.traffic[r].sent_bytes},
+        {"received_bytes", s.traffic[r].received_bytes},
+        {"sent_messages", s.traffic[r].sent_messages},
+        {"received_messages", s.traffic[r].received_messages}};
+  }
   if (s.last) {
     j["last"] = {{"job", s.last->job},
                  {"outcome", s.last->closed ? "closed" : "failed"},

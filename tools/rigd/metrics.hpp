@@ -76,6 +76,10 @@ class Metrics {
     std::int64_t ended_unix_ms = 0;
   };
   // A copy of the state, taken under the lock, that the renderings format without it.
+  // Traffic by the peer's role: controller, agent.
+  struct Traffic {
+    std::uint64_t sent_bytes = 0, received_bytes = 0, sent_messages = 0, received_messages = 0;
+  };
   struct Snapshot {
     std::uint64_t job = 0;  // the job process's job, 0 before the first
     bool process_running = false;
@@ -88,6 +92,8 @@ class Metrics {
     std::uint64_t failed = 0;
     std::array<std::uint64_t, cause_kind_count> failures{};
     std::optional<Last> last;
+    std::array<Traffic, 2> traffic{};
+    std::array<std::int64_t, 2> last_received_ms{};  // steady clock; 0: nothing from that role yet
   };
   Snapshot snapshot() const;
 
@@ -102,6 +108,7 @@ class Metrics {
   std::uint64_t failed_ = 0;
   std::array<std::uint64_t, cause_kind_count> failures_{};
   std::optional<Last> last_;
+  std::array<Traffic, 2> ended_traffic_{};  // of the job processes that have ended
 };
 
 // Milliseconds since the Unix epoch, now.
