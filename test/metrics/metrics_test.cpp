@@ -251,6 +251,7 @@ TEST_SUITE("metrics") {
     // The next job.
     one_job(key, a.address());
     REQUIRE(a.err_until("job 3: closed").has_value());
+    REQUIRE(a.err_until("job 4: waiting for a controller").has_value());
     m = scrape(a.metrics_port);
     CHECK(value(m, "rig_jobs_started_total") == 3);
     CHECK(value(m, "rig_jobs_ended_total{outcome=\"closed\"}") == 2);
@@ -346,5 +347,37 @@ TEST_SUITE("metrics") {
                       std::filesystem::directory_iterator{});
     CHECK(fds < static_cast<long>(rig::rigd::http_connections_max) + 32);
     for (int s : slow) ::close(s);
+  }
+}
+
+TEST_SUITE("metrics") {
+  TEST_CASE("--metrics: a bad address or --once is a usage error (2); a port in use fails (1)") {
+    const std::string key_file = make_key_file("metrics-usage");
+    auto exit_of = [](RigdProcess& p) {
+      const auto status = p.wait_for(10'000);
+      REQUIRE(status.has_value());
+      return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+    };
+    {
+      RigdProcess p({"--key", key_file, "--metrics", "nowhere"});
+      CHECK(exit_of(p) == 2);
+      CHECK(p.err_until("--metrics takes HOST:PORT, not 'nowhere'").has_value());
+    }
+    {
+      RigdProcess p({"--key", key_file, "--once", "--metrics", "127.0.0.1:0"});
+      CHECK(exit_of(p) == 2);
+      CHECK(
+          p.err_until("--metrics is served by the daemon, which --once does not run").has_value());
+    }
+    {
+      MetricsRigd first({"--key", key_file});
+      const std::string taken = "127.0.0.1:" + std::to_string(first.metrics_port);
+      RigdProcess second({"--key", key_file, "--metrics", taken});
+      CHECK(exit_of(second) == 1);
+      CHECK(second.err_until("cannot serve metrics at " + taken + ": Address already in use")
+                .has_value());
+      // The first still answers.
+      CHECK(value(scrape(first.metrics_port), "rig_job_serving") == 0);
+    }
   }
 }

@@ -800,11 +800,41 @@ int main(int argc, char** argv) {
   (void)openers(o.kinds);  // checks --kinds now, not at the first job
   const int port = agent->port();
   const std::string where = rig::remote::address_text(o.host, port);
+  // --metrics: its endpoint, before the listening line, so that a port taken fails the start
+  // before anyone is told the agent listens; it serves until the daemon returns.
+  std::unique_ptr<rig::rigd::Metrics> metrics;
+  std::unique_ptr<rig::rigd::MetricsServer> server;
+  int page_fd = -1;
+  if (o.metrics_port >= 0) {
+    auto page = share_page();
+    if (!page) {
+      log("cannot serve metrics: " + page.error(), Urgency::last);
+      return exit_failure;
+    }
+    page_fd = page->first;
+    metrics = std::make_unique<rig::rigd::Metrics>(
+        rig::rigd::AgentFacts{RIGD_VERSION, rig::rigd::build_commit, where, o.kinds,
+                              rig::host().arch(), static_cast<long>(getpid()),
+                              rig::rigd::unix_ms_now()},
+        page->second);
+    auto served = rig::rigd::MetricsServer::start(o.metrics_host, o.metrics_port, *metrics);
+    if (!served) {
+      log(served.error(), Urgency::last);
+      return exit_failure;
+    }
+    server = std::move(*served);
+  }
   const std::string listening = rig::remote::listening_line(o.host, port);
   std::printf("%s\n", listening.c_str());
   std::fflush(stdout);
   log(listening + " kinds " + o.kinds + " host " + rig::host().arch() + " key " +
       (o.key_file == "-" ? std::string("from stdin") : o.key_file));
+  if (server) {
+    const std::string line = "metrics " + rig::remote::address_text(o.metrics_host, server->port());
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    log(line + " (/metrics, /status)");
+  }
 
   if (o.once) {
     if (o.watch_stdin) watch_stdin();
@@ -832,33 +862,6 @@ int main(int argc, char** argv) {
   if (losses_fd < 0) {
     log(std::string("cannot share the log's counts with job processes: ") + std::strerror(errno) +
         ": each counts the lines it loses itself");
-  }
-  // --metrics: its endpoint from now on, beside the listening line, until the daemon returns.
-  std::unique_ptr<rig::rigd::Metrics> metrics;
-  std::unique_ptr<rig::rigd::MetricsServer> server;
-  int page_fd = -1;
-  if (o.metrics_port >= 0) {
-    auto page = share_page();
-    if (!page) {
-      log("cannot serve metrics: " + page.error(), Urgency::last);
-      return exit_failure;
-    }
-    page_fd = page->first;
-    metrics = std::make_unique<rig::rigd::Metrics>(
-        rig::rigd::AgentFacts{RIGD_VERSION, rig::rigd::build_commit, where, o.kinds,
-                              rig::host().arch(), static_cast<long>(getpid()),
-                              rig::rigd::unix_ms_now()},
-        page->second);
-    auto served = rig::rigd::MetricsServer::start(o.metrics_host, o.metrics_port, *metrics);
-    if (!served) {
-      log(served.error(), Urgency::last);
-      return exit_failure;
-    }
-    server = std::move(*served);
-    const std::string line = "metrics " + rig::remote::address_text(o.metrics_host, server->port());
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-    log(line + " (/metrics, /status)");
   }
   Daemon daemon(o, std::move(*key), listen_fd, where, losses_fd, metrics.get(), page_fd);
   return daemon.run();
