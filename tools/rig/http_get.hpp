@@ -11,8 +11,8 @@
 
 namespace rig::cli {
 
-// The most of a response kept: rigd's responses are at most 128 KiB (metrics_response_bytes_max)
-// and their head; more is a server that is not rigd's endpoint.
+// The most of a response kept: rigd's are a few KiB (a /status with a root cause of 16 KiB at
+// most); more is a server that is not rigd's endpoint.
 inline constexpr std::size_t http_reply_bytes_max = 256 * 1024;
 
 // Connects to `host`:`port`, sends `request` as it is, and reads what comes until the server

@@ -23,11 +23,9 @@ inline constexpr std::size_t http_head_bytes_max = 8 * 1024;
 inline constexpr int http_client_timeout_ms = 5'000;
 // Connections served at once; one more makes the oldest close, so that the backlog never fills
 // with clients that wait for a slot, and a flood of slow ones never keeps a scraper out. Each costs
-// at most the head bound and the response (metrics_response_bytes_max), so the endpoint holds at
-// most about 10 MiB.
+// at most the head bound and one response (a few KiB; /status holds at most one root cause, of at
+// most 16 KiB), so the endpoint holds at most about 2 MiB.
 inline constexpr std::size_t http_connections_max = 64;
-// The most a response body may be: /metrics and /status are a few KiB; a cause is at most 16 KiB.
-inline constexpr std::size_t metrics_response_bytes_max = 128 * 1024;
 
 // One request's head, as far as rigd cares: its method and its target (path and query).
 struct HttpRequest {
