@@ -16,6 +16,9 @@ required=(libuv1-dev libsodium-dev nlohmann-json3-dev doctest-dev meson ninja-bu
 # munged) in network namespaces it makes. On
 # a machine with systemd, installing openssh-server also starts and enables its ssh service.
 required+=(openssh-client openssh-server iproute2 slurm-wlm munge nftables)
+# The metrics suite (test/metrics): promtool checks rigd's /metrics, the slow suite's Prometheus
+# server scrapes it; systemd-analyze verifies the installed units.
+required+=(prometheus systemd)
 # Optional ones are taken only where the distribution has them (libclang-rt-14-dev is a package of
 # its own on Debian 12; elsewhere clang carries its runtimes).
 format=(clang-format)

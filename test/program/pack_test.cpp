@@ -390,6 +390,7 @@ TEST_CASE("the rig command: usage, help and unknown commands") {
       "  keygen     write a new random job key to a file (mode 0600)\n"
       "  pack       build a rig.program from a C or C++ source, or list one's targets\n"
       "  run        start local agents and a controller program; report the job's outcome\n"
+      "  status     read each rigd's /status (--metrics) and print a line per agent\n"
       "\n"
       "`rig COMMAND --help` describes one command.\n";
   Outcome o = rig({});

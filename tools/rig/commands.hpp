@@ -41,3 +41,7 @@ int cmd_run(std::span<char*> args);
 // rig check: starts a job on given agents, makes round trips to each, prints what it found
 // (check.cpp).
 int cmd_check(std::span<char*> args);
+
+// rig status: reads each rigd's /status (its --metrics endpoint) and prints a line per agent
+// (status.cpp).
+int cmd_status(std::span<char*> args);

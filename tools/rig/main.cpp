@@ -21,6 +21,7 @@ constexpr Command commands[] = {
     {"keygen", "write a new random job key to a file (mode 0600)", keygen},
     {"pack", "build a rig.program from a C or C++ source, or list one's targets", cmd_pack},
     {"run", "start local agents and a controller program; report the job's outcome", cmd_run},
+    {"status", "read each rigd's /status (--metrics) and print a line per agent", cmd_status},
 };
 
 void usage(std::FILE* out) {

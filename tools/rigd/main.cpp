@@ -4,7 +4,7 @@
 // end, with the root cause.
 //
 //   rigd --key FILE|- --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] [--once]
-//        [--watch-stdin]
+//        [--watch-stdin] [--metrics HOST:PORT]
 //
 // The key is read once, at the start (`-`: from stdin, to its end), and handed to each job process
 // on a pipe; SIGHUP reads the file again, and a key that fails its checks leaves the one in use.
@@ -13,6 +13,9 @@
 // (and --key -, --once) the key is stdin's first line rather than all of it, and the end of stdin
 // stops the agent as SIGTERM does: a launcher that reaches the agent through a session (`rig run
 // --ssh`) keeps stdin open for as long as it wants the agent, so nothing outlives the session.
+//
+// --metrics serves the daemon's metrics over HTTP (metrics_server.hpp), from a thread of the
+// daemon: the job process only stores into a shared page (job_page.hpp), which the daemon reads.
 //
 // Every line goes to stderr through one sink that never blocks (log.hpp). Signals are taken by one
 // thread of each process (sigwaitinfo), blocked in every other from the start, so that none is
@@ -37,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -44,17 +48,22 @@
 #include <thread>
 #include <vector>
 
+#include "build_info.hpp"
 #include "child/child.hpp"
 #include "core/limits.hpp"
 #include "remote/agent/agent.hpp"
 #include "remote/io/address.hpp"
 #include "remote/io/connection.hpp"
+#include "remote/io/counters.hpp"
 #include "remote/job/process.hpp"
 #include "remote/limits.hpp"
 #include "remote/trust/key.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
+#include "rigd/job_page.hpp"
 #include "rigd/log.hpp"
+#include "rigd/metrics.hpp"
+#include "rigd/metrics_server.hpp"
 
 namespace {
 
@@ -91,7 +100,7 @@ void log(std::string_view line, Urgency urgency = Urgency::ordinary) {
 
 constexpr const char* usage_text =
     "usage: rigd --key FILE|- --listen HOST:PORT [--kinds CPU,SIM,CUDA] [--cuda-lib PATH] "
-    "[--once [--watch-stdin]]";
+    "[--once [--watch-stdin]] [--metrics HOST:PORT]";
 
 [[noreturn]] void usage(const std::string& why) {
   log(why);
@@ -223,12 +232,15 @@ struct Options {
   std::string kinds = "CPU,SIM";
   bool once = false;
   bool watch_stdin = false;  // the key is stdin's first line; stdin's end stops the agent
+  std::string metrics_host;  // --metrics: where the endpoint listens (empty: no endpoint)
+  int metrics_port = -1;
   // Internal, for a job process the daemon starts: the inherited listening socket, the pipe the
   // key comes on, the shared counts of the log's losses, the job's number.
   bool serve_child = false;
   int serve_fd = -1;
   int key_fd = -1;
   int losses_fd = -1;
+  int page_fd = -1;  // the daemon's JobPage, which a job process tells what it knows
   std::uint64_t job = 0;
   int timing_divisor = 1;  // test-only: scales the liveness times down
 };
@@ -258,6 +270,12 @@ Options parse(int argc, char** argv) {
       if (!at) usage("--listen takes HOST:PORT, not '" + v + "': " + at.error());
       o.host = at->host;
       o.port = at->port;
+    } else if (arg == "--metrics") {
+      const std::string v = value();
+      auto at = rig::remote::parse_address(v, rig::remote::PortZero::allowed);
+      if (!at) usage("--metrics takes HOST:PORT, not '" + v + "': " + at.error());
+      o.metrics_host = at->host;
+      o.metrics_port = at->port;
     } else if (arg == "--once") {
       o.once = true;
     } else if (arg == "--watch-stdin") {
@@ -275,6 +293,8 @@ Options parse(int argc, char** argv) {
       o.serve_fd = parse_fd(arg, value());
     } else if (arg == "--key-fd") {
       o.key_fd = parse_fd(arg, value());
+    } else if (arg == "--metrics-fd") {
+      o.page_fd = parse_fd(arg, value());
     } else if (arg == "--log-losses-fd") {
       o.losses_fd = parse_fd(arg, value());
     } else if (arg == "--job") {
@@ -297,6 +317,9 @@ Options parse(int argc, char** argv) {
   if (o.port < 0) usage("--listen HOST:PORT is required");
   if (o.watch_stdin && (!o.once || o.key_file != "-")) {
     usage("--watch-stdin needs --once and --key -");
+  }
+  if (o.once && o.metrics_port >= 0) {
+    usage("--metrics is served by the daemon, which --once does not run");
   }
   return o;
 }
@@ -376,6 +399,42 @@ void join_losses(int fd) {
   if (p != MAP_FAILED) sink().share_losses(static_cast<rig::rigd::LogLosses*>(p));
 }
 
+// The page job processes tell the daemon's metrics what they know on (job_page.hpp), in a memfd:
+// its descriptor, which each job process maps, and the daemon's own mapping. Error if none could
+// be made.
+rig::Result<std::pair<int, rig::rigd::JobPage*>> share_page() {
+  const int fd = memfd_create("rigd-job-page", MFD_CLOEXEC);
+  if (fd < 0) return rig::Error(std::string("memfd_create: ") + std::strerror(errno));
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, sizeof(rig::rigd::JobPage)) == 0) {
+    p = mmap(nullptr, sizeof(rig::rigd::JobPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    const int e = errno;
+    ::close(fd);
+    return rig::Error(std::string("cannot map a shared page: ") + std::strerror(e));
+  }
+  return std::pair{fd, new (p) rig::rigd::JobPage};
+}
+
+// A job process's mapping of its daemon's page; nothing if it cannot be mapped (the job is served
+// all the same, only the daemon's metrics lack what it would have said).
+rig::rigd::JobPage* join_page(int fd) {
+  void* p = mmap(nullptr, sizeof(rig::rigd::JobPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  return p == MAP_FAILED ? nullptr : static_cast<rig::rigd::JobPage*>(p);
+}
+
+// The job's start, told to the page from the agent's line that logs it ("started by the
+// controller at ADDRESS, which names this agent NAME"): the only place the controller's address
+// reaches this process's code.
+void note_start(rig::rigd::JobPage* page, std::string_view line) {
+  constexpr std::string_view head = "started by the controller at ";
+  if (page == nullptr || !line.starts_with(head)) return;
+  line.remove_prefix(head.size());
+  page->start(line.substr(0, line.find(", which names this agent ")), rig::rigd::unix_ms_now());
+}
+
 // A job process: serve one job on the inherited socket, report its end on the report pipe, exit.
 // The daemon logs the end from the report; a job process run by hand, with no report pipe, logs
 // it itself.
@@ -394,8 +453,14 @@ int serve_one(const Options& o, const rig::remote::Key& key) {
   const bool reported = std::getenv("RIG_REMOTE_REPORT") != nullptr;
   // The job process logs the job's start itself (only it knows the controller); the daemon logs
   // the end, which it learns even when the process dies without a word.
-  rig::remote::set_agent_log([](const std::string& line) { log(line); },
-                             [] { signals.job_started.store(true); });
+  rig::rigd::JobPage* page = o.page_fd >= 0 ? join_page(o.page_fd) : nullptr;
+  if (page != nullptr) rig::remote::set_connection_counters(&page->connections);
+  rig::remote::set_agent_log(
+      [page](const std::string& line) {
+        note_start(page, line);
+        log(line);
+      },
+      [] { signals.job_started.store(true); });
   auto agent = rig::remote::adopt_listener(key, o.serve_fd, o.port,
                                            rig::remote::address_text(o.host, o.port));
   try {
@@ -422,12 +487,17 @@ struct JobEnd {
 // wait between job processes that end at once. Owner: main; its thread; lifetime: the daemon's.
 class Daemon {
  public:
-  Daemon(const Options& o, rig::remote::Key key, int listen_fd, std::string where, int losses_fd)
+  // `metrics` (null: no --metrics) is told each job process's start and end; its page is handed
+  // to each job process on `page_fd`.
+  Daemon(const Options& o, rig::remote::Key key, int listen_fd, std::string where, int losses_fd,
+         rig::rigd::Metrics* metrics, int page_fd)
       : o_(o),
         key_(std::move(key)),
         listen_fd_(listen_fd),
         where_(std::move(where)),
-        losses_fd_(losses_fd) {}
+        losses_fd_(losses_fd),
+        metrics_(metrics),
+        page_fd_(page_fd) {}
 
   int run() {
     for (std::uint64_t job = 1; signals.stop.load() == 0; ++job) {
@@ -435,6 +505,7 @@ class Daemon {
       auto end = run_job(job);
       yield_to_watchdog();
       if (!end) return exit_failure;
+      if (metrics_ != nullptr) metrics_->job_process_ended(job, end->report, end_text(*end));
       // The last job's end, in a stop, may use the log's reserve (log.hpp), as the stop's does.
       log("job " + std::to_string(job) + ": " + end_text(*end),
           signals.stop.load() != 0 ? Urgency::last : Urgency::ordinary);
@@ -556,7 +627,12 @@ class Daemon {
       spec.argv.insert(spec.argv.end(), {"--log-losses-fd", std::to_string(losses_fd_)});
       spec.keep_fds.push_back(losses_fd_);
     }
+    if (page_fd_ >= 0) {
+      spec.argv.insert(spec.argv.end(), {"--metrics-fd", std::to_string(page_fd_)});
+      spec.keep_fds.push_back(page_fd_);
+    }
     spec.env = {"RIG_REMOTE_REPORT=" + std::to_string(report[1])};
+    if (metrics_ != nullptr) metrics_->job_process_started(job);
     spec.parent_death_signal = SIGINT;
     const auto started = Clock::now();
     const auto spawned = rig::child::spawn(spec);
@@ -659,6 +735,8 @@ class Daemon {
   const int listen_fd_;
   const std::string where_;
   const int losses_fd_;
+  rig::rigd::Metrics* const metrics_;
+  const int page_fd_;
   unsigned reloads_seen_ = 0;
   std::int64_t delay_ms_ = 0;
 };
@@ -722,11 +800,41 @@ int main(int argc, char** argv) {
   (void)openers(o.kinds);  // checks --kinds now, not at the first job
   const int port = agent->port();
   const std::string where = rig::remote::address_text(o.host, port);
+  // --metrics: its endpoint, before the listening line, so that a port taken fails the start
+  // before anyone is told the agent listens; it serves until the daemon returns.
+  std::unique_ptr<rig::rigd::Metrics> metrics;
+  std::unique_ptr<rig::rigd::MetricsServer> server;
+  int page_fd = -1;
+  if (o.metrics_port >= 0) {
+    auto page = share_page();
+    if (!page) {
+      log("cannot serve metrics: " + page.error(), Urgency::last);
+      return exit_failure;
+    }
+    page_fd = page->first;
+    metrics = std::make_unique<rig::rigd::Metrics>(
+        rig::rigd::AgentFacts{RIGD_VERSION, rig::rigd::build_commit, where, o.kinds,
+                              rig::host().arch(), static_cast<long>(getpid()),
+                              rig::rigd::unix_ms_now()},
+        page->second);
+    auto served = rig::rigd::MetricsServer::start(o.metrics_host, o.metrics_port, *metrics);
+    if (!served) {
+      log(served.error(), Urgency::last);
+      return exit_failure;
+    }
+    server = std::move(*served);
+  }
   const std::string listening = rig::remote::listening_line(o.host, port);
   std::printf("%s\n", listening.c_str());
   std::fflush(stdout);
   log(listening + " kinds " + o.kinds + " host " + rig::host().arch() + " key " +
       (o.key_file == "-" ? std::string("from stdin") : o.key_file));
+  if (server) {
+    const std::string line = "metrics " + rig::remote::address_text(o.metrics_host, server->port());
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    log(line + " (/metrics, /status)");
+  }
 
   if (o.once) {
     if (o.watch_stdin) watch_stdin();
@@ -755,6 +863,6 @@ int main(int argc, char** argv) {
     log(std::string("cannot share the log's counts with job processes: ") + std::strerror(errno) +
         ": each counts the lines it loses itself");
   }
-  Daemon daemon(o, std::move(*key), listen_fd, where, losses_fd);
+  Daemon daemon(o, std::move(*key), listen_fd, where, losses_fd, metrics.get(), page_fd);
   return daemon.run();
 }

@@ -3,13 +3,27 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
+#include "remote/io/counters.hpp"
 #include "remote/io/guard.hpp"
 #include "remote/io/tcp_transport.hpp"
 #include "remote/wire/codec.hpp"
 
 namespace rig::remote {
+
+namespace {
+
+// Where a proven connection's traffic is counted (counters.hpp), by its peer's role; null when
+// counting is off or the connection has not proven the key.
+ConnectionCounters::Role* counted(const std::optional<Handshake>& hs) {
+  ConnectionCounters* c = connection_counters();
+  if (c == nullptr || !hs || hs->state() != Handshake::State::proven) return nullptr;
+  return hs->peer().role == Role::controller ? &c->controller : &c->agent;
+}
+
+}  // namespace
 namespace {
 
 // What a read asks libuv for at a time, once the peer has proven the key.
@@ -181,6 +195,13 @@ void Connection::received(std::size_t bytes) {
     return;
   }
   liveness_.received(reactor_.now_ms());
+  if (auto* r = counted(handshake_)) {
+    r->received_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    r->last_received_ms.store(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::steady_clock::now().time_since_epoch())
+                                  .count(),
+                              std::memory_order_relaxed);
+  }
   switch (state_) {
     case State::handshaking:
       handshake_bytes({handshake_buf_.data(), bytes});
@@ -293,6 +314,7 @@ void Connection::frame_bytes() {
       fail(peer_name_ + ": " + message.error());
       return;
     }
+    if (auto* r = counted(handshake_)) r->received_messages.fetch_add(1, std::memory_order_relaxed);
     if (std::holds_alternative<Heartbeat>(*message)) continue;  // liveness already noted the bytes
     // A message of the job's work: its answer or the next one usually follows at once.
     reactor_.note_activity();
@@ -316,6 +338,7 @@ void Connection::send(const Message& m) {
   if (state_ != State::open) return;  // ending or closed: nothing more may follow
   Bytes bytes;
   encode(m, bytes);
+  if (auto* r = counted(handshake_)) r->sent_messages.fetch_add(1, std::memory_order_relaxed);
   write_buffers(std::move(bytes), {}, nullptr);
 }
 
@@ -347,6 +370,7 @@ void Connection::hold(const Message& m, bool Connection::*queued,
                       void (Reactor::*flush_at)(std::function<void()>)) {
   if (state_ != State::open) return;
   encode(m, lazy_);
+  if (auto* r = counted(handshake_)) r->sent_messages.fetch_add(1, std::memory_order_relaxed);
   flush_held_at(queued, flush_at);
 }
 
@@ -416,6 +440,11 @@ void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
   const bool final_message = final_message_pending_;
   final_message_pending_ = false;
   // The transport writes at once what it can (over TCP one writev, no request) and queues the rest.
+  if (auto* r = counted(handshake_)) {
+    std::uint64_t total = 0;
+    for (const auto& slice : slices_) total += slice.bytes;
+    r->sent_bytes.fetch_add(total, std::memory_order_relaxed);
+  }
   const int rc = transport_->write(slices_);
   if (rc < 0) {
     if (done) done();

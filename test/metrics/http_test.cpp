@@ -1,0 +1,121 @@
+// rigd's request parser (tools/rigd/http.*) and the classifier of root causes (metrics.*): what a
+// request's bytes, cut anywhere, parse to; which status a bad one gets; and which kind each root
+// cause the remote layer makes is counted as.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "rigd/http.hpp"
+#include "rigd/metrics.hpp"
+
+using rig::rigd::CauseKind;
+using rig::rigd::classify_cause;
+using rig::rigd::HttpRequestParser;
+using State = HttpRequestParser::State;
+
+namespace {
+
+// Feeds `text` in pieces of `piece` bytes; the parser's state after the last.
+State feed_in_pieces(HttpRequestParser& p, const std::string& text, std::size_t piece) {
+  State s = State::incomplete;
+  for (std::size_t at = 0; at < text.size(); at += piece) {
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(text.data()) + at;
+    s = p.feed({bytes, std::min(piece, text.size() - at)});
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_SUITE("metrics") {
+  TEST_CASE("a request's head parses the same however its bytes are cut") {
+    const std::string head =
+        "GET /metrics?x=1 HTTP/1.1\r\nHost: 10.0.0.2:9100\r\nUser-Agent: Prometheus/2.42\r\n"
+        "Accept: text/plain\r\n\r\nBODY IGNORED";
+    for (std::size_t piece : {1u, 2u, 3u, 7u, 64u, 4096u}) {
+      CAPTURE(piece);
+      HttpRequestParser p;
+      REQUIRE(feed_in_pieces(p, head, piece) == State::done);
+      CHECK(p.request().method == "GET");
+      CHECK(p.request().target == "/metrics?x=1");
+    }
+    HttpRequestParser lf;
+    CHECK(feed_in_pieces(lf, "GET /status HTTP/1.0\nHost: a\n\n", 5) == State::done);
+    CHECK(lf.request().target == "/status");
+  }
+
+  TEST_CASE("an unfinished head is incomplete; one over the bound is 431, at any cut") {
+    HttpRequestParser p;
+    CHECK(feed_in_pieces(p, "GET /metrics HTTP/1.1\r\nHost: a\r\n", 4) == State::incomplete);
+    const std::string huge =
+        "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(rig::rigd::http_head_bytes_max, 'a');
+    for (std::size_t piece : {1000u, 8192u, 100000u}) {
+      HttpRequestParser q;
+      REQUIRE(feed_in_pieces(q, huge, piece) == State::bad);
+      CHECK(q.status() == 431);
+      CHECK(q.why() == "request head over 8192 bytes");
+      // Bad stays bad: more bytes change nothing.
+      CHECK(feed_in_pieces(q, "\r\n\r\n", 1) == State::bad);
+    }
+    // At the bound exactly, a head is still read.
+    std::string at_bound = "GET / HTTP/1.1\r\nX: ";
+    at_bound += std::string(rig::rigd::http_head_bytes_max - at_bound.size() - 4, 'b') + "\r\n\r\n";
+    REQUIRE(at_bound.size() == rig::rigd::http_head_bytes_max);
+    HttpRequestParser r;
+    CHECK(feed_in_pieces(r, at_bound, 100) == State::done);
+  }
+
+  TEST_CASE("malformed heads get 400 (505 for another major version), naming the rule") {
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"GET /metrics\r\n\r\n", "the request line is not METHOD TARGET VERSION"},
+        {"GET  /metrics HTTP/1.1\r\n\r\n", "the request line is not METHOD TARGET VERSION"},
+        {"GET /a b HTTP/1.1\r\n\r\n", "the request line is not METHOD TARGET VERSION"},
+        {"G(T /metrics HTTP/1.1\r\n\r\n", "the method is not a token"},
+        {"GET /\x01 HTTP/1.1\r\n\r\n", "the target is empty or holds a space or control character"},
+        {"GET / HTTX/1.1\r\n\r\n", "the version is not HTTP/D.D"},
+        {"GET / HTTP/1.1\r\nno colon\r\n\r\n", "a header line is not NAME: VALUE"},
+        {"GET / HTTP/1.1\r\n folded: x\r\n\r\n", "a header line is not NAME: VALUE"},
+        {"GET / HTTP/1.1\r\nX: a\x1b[31m\r\n\r\n", "a header holds a control character"},
+    };
+    for (const auto& [text, why] : cases) {
+      CAPTURE(text);
+      HttpRequestParser p;
+      REQUIRE(feed_in_pieces(p, text, 3) == State::bad);
+      CHECK(p.status() == 400);
+      CHECK(p.why() == why);
+    }
+    HttpRequestParser two;
+    REQUIRE(feed_in_pieces(two, "GET / HTTP/2.0\r\n\r\n", 3) == State::bad);
+    CHECK(two.status() == 505);
+  }
+
+  TEST_CASE("a response names its status, length and close") {
+    CHECK(rig::rigd::http_response(404, "text/plain", "no\n") ==
+          "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n"
+          "Connection: close\r\n\r\nno\n");
+    CHECK(rig::rigd::http_response(405, "text/plain", "").find("\r\nAllow: GET\r\n") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("root causes, as the remote layer words them, are counted by kind") {
+    CHECK(classify_cause("interrupted") == CauseKind::interrupted);
+    CHECK(classify_cause("controller: closed its connection") == CauseKind::connection_closed);
+    CHECK(classify_cause("10.0.0.3:41234#2: connection failed: connection timed out") ==
+          CauseKind::connection_closed);
+    CHECK(classify_cause("controller: sent nothing for 10 s") == CauseKind::silence);
+    CHECK(classify_cause("controller: sent nothing for 1 s, while this process itself was not "
+                         "running for 0.5 s") == CauseKind::silence);
+    CHECK(classify_cause("controller: a send made no progress for 10 s") ==
+          CauseKind::send_stalled);
+    CHECK(classify_cause("controller: malformed message: JOIN twice") == CauseKind::malformed);
+    CHECK(classify_cause("malformed message: unknown type 0x7f") == CauseKind::malformed);
+    CHECK(classify_cause("controller aborted: SIM:0: kernel faulted") == CauseKind::aborted);
+    CHECK(classify_cause("unknown exception") == CauseKind::exception);
+    CHECK(classify_cause("process ended by signal 9 (Killed)") == CauseKind::other);
+    // An abort's reason is the peer's text: it cannot pass for another kind.
+    CHECK(classify_cause("controller aborted: x: sent nothing for 10 s") == CauseKind::aborted);
+    CHECK(classify_cause("controller aborted: interrupted") == CauseKind::aborted);
+    CHECK(rig::rigd::cause_label(CauseKind::send_stalled) == "send_stalled");
+  }
+}
