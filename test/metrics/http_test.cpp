@@ -118,4 +118,27 @@ TEST_SUITE("metrics") {
     CHECK(classify_cause("controller aborted: interrupted") == CauseKind::aborted);
     CHECK(rig::rigd::cause_label(CauseKind::send_stalled) == "send_stalled");
   }
+
+  TEST_CASE("a failure the job process marks as a device's loss counts as device_lost") {
+    // A device's loss is worded by its driver, so only the job process's mark makes it one.
+    rig::rigd::JobPage page;
+    rig::rigd::Metrics metrics({}, &page);
+    metrics.job_process_started(1);
+    page.start("127.0.0.1:5000", 1);
+    page.work.device_lost.store(1);
+    metrics.job_process_ended(1, "failed SIM:0: the simulated device failed", "");
+    metrics.job_process_started(2);
+    page.start("127.0.0.1:5000", 2);
+    metrics.job_process_ended(2, "failed SIM:0: the simulated device failed", "");
+    const std::string text = metrics.prometheus_text();
+    CHECK(text.find("rig_job_failures_total{cause=\"device_lost\"} 1\n") != std::string::npos);
+    CHECK(text.find("rig_job_failures_total{cause=\"other\"} 1\n") != std::string::npos);
+    // A cause of a kind of its own keeps it, mark or not: the first cause was not the device.
+    metrics.job_process_started(3);
+    page.start("127.0.0.1:5000", 3);
+    page.work.device_lost.store(1);
+    metrics.job_process_ended(3, "failed controller: closed its connection", "");
+    CHECK(metrics.prometheus_text().find(
+              "rig_job_failures_total{cause=\"connection_closed\"} 1\n") != std::string::npos);
+  }
 }

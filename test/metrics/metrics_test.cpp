@@ -42,6 +42,7 @@ std::int64_t unix_ms() {
 // heartbeats. Generous: only the bytes' own count is exact.
 constexpr std::size_t copy_bytes = 3 * 1024 * 1024 + 5;
 constexpr std::size_t framing_overhead_bytes_max = 16 * 1024;
+constexpr std::size_t rail_bytes = 4096 + 3;
 
 // A scrape takes milliseconds; this bounds only a hang, on a loaded machine.
 constexpr int scrape_timeout_ms = 10'000;
@@ -205,10 +206,36 @@ TEST_SUITE("metrics") {
       const double age = value(m, "rig_heartbeat_age_seconds{role=\"controller\"}");
       CHECK(age >= 0);
       CHECK(age < 10);
+      // A rail from here into the agent's host memory, one round.
+      std::vector<std::uint8_t> rail_src(rail_bytes, 0x33);
+      auto rail_dst = rig::Buffer::make(job->hosts().at(0), rail_bytes);
+      const rig::remote::Transfer t{rig::Buffer::borrow(rail_src.data(), rail_bytes), 0, rail_dst,
+                                    0, rail_bytes};
+      auto rail = rig::remote::rail(std::span(&t, 1));
+      REQUIRE_MESSAGE(rail.ok(), (rail.ok() ? "" : rail.error()));
+      rail->wait_arrived(rail->go());
+      auto sims = rig::remote::devices(job->hosts().at(0), "SIM");
+      REQUIRE_MESSAGE(sims.ok(), (sims.ok() ? "" : sims.error()));
+      m = scrape(a.metrics_port);
+      // What the agent's work amounted to: the two copies, the buffers it holds, the devices it
+      // opened, the rail round that arrived there.
+      CHECK(value(m, "rig_submissions_total") - value(before, "rig_submissions_total") == 2);
+      CHECK(value(m, "rig_copies_total") - value(before, "rig_copies_total") == 2);
+      CHECK(value(m, "rig_copy_bytes_total") - value(before, "rig_copy_bytes_total") ==
+            static_cast<double>(2 * copy_bytes));
+      CHECK(value(m, "rig_job_memory_bytes") == static_cast<double>(copy_bytes + rail_bytes));
+      CHECK(value(m, "rig_job_devices_open") == static_cast<double>(sims->size()));
+      CHECK(value(m, "rig_rail_rounds_total{direction=\"arrived\"}") == 1);
+      CHECK(value(m, "rig_rail_bytes_total{direction=\"arrived\"}") ==
+            static_cast<double>(rail_bytes));
+      CHECK(value(m, "rig_rail_rounds_total{direction=\"sent\"}") == 0);
+      rail = rig::remote::Rail{};
       st = status_of(a.metrics_port);
       CHECK(st["state"] == "serving");
       CHECK(st["job"]["number"] == 1);
       CHECK(st["job"]["controller"].get<std::string>().starts_with("127.0.0.1:"));
+      CHECK(st["job"]["memory_bytes"] == copy_bytes + rail_bytes);
+      CHECK(st["work"]["copies"] == 2);
       job->close();
     }
     REQUIRE(a.err_until("job 1: closed").has_value());
@@ -222,6 +249,11 @@ TEST_SUITE("metrics") {
     CHECK(value(m, "rig_connection_received_bytes_total{role=\"controller\"}") >=
           static_cast<double>(copy_bytes));
     CHECK(value(m, "rig_heartbeat_age_seconds{role=\"controller\"}") == -1);
+    // The job's gauges go with it; its counts stay.
+    CHECK(value(m, "rig_job_memory_bytes") == 0);
+    CHECK(value(m, "rig_job_devices_open") == 0);
+    CHECK(value(m, "rig_copies_total") == 2);
+    CHECK(value(m, "rig_rail_rounds_total{direction=\"arrived\"}") == 1);
     st = status_of(a.metrics_port);
     CHECK(st["last"]["job"] == 1);
     CHECK(st["last"]["outcome"] == "closed");

@@ -64,10 +64,11 @@ TEST_SUITE("metrics") {
         idle.metrics +
         "  idle  kinds CPU,SIM  arch [^ ]+  jobs 0 \\(0 closed, 0 failed\\)  "
         "last: none\n";
-    const std::string busy_line =
-        busy.metrics +
-        "  serving job 1 for 127\\.0\\.0\\.1:[0-9]+ since 20[0-9-]+T[0-9:]+Z  kinds CPU,SIM  "
-        "arch [^ ]+  jobs 1 \\(0 closed, 0 failed\\)  last: none\n";
+    const std::string busy_line = busy.metrics +
+                                  "  serving job 1 for 127\\.0\\.0\\.1:[0-9]+ since "
+                                  "20[0-9-]+T[0-9:]+Z  devices 0  memory 0 B  "
+                                  "kinds CPU,SIM  "
+                                  "arch [^ ]+  jobs 1 \\(0 closed, 0 failed\\)  last: none\n";
     CHECK(std::regex_match(out, std::regex(idle_line + busy_line)));
 
     auto [json_status, json_out] = rig_status({"--json", busy.metrics});

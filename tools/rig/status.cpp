@@ -2,7 +2,8 @@
 //
 // Each HOST:PORT is where a rigd's --metrics listens. Reads each agent's /status (all at once,
 // each within status_timeout_ms) and prints one line per agent, in the order given: its address,
-// idle or serving job N for CONTROLLER since T, its jobs so far, and the last job's outcome and
+// idle or serving job N for CONTROLLER since T (with the devices it opened there and the memory
+// it holds), its jobs so far, and the last job's outcome and
 // root cause. An agent that cannot be read is a line saying why, and the exit status is 1. With
 // --json, one JSON array instead, an object per agent: {"agent": HOST:PORT, "status": {...}} as
 // rigd wrote it, or {"agent": ..., "error": WHY}. What an agent sends is printed escaped.
@@ -77,6 +78,10 @@ std::string line_of(const Answer& a) {
   if (text(s, "state") == "serving" && job != s.end() && job->is_object()) {
     line += "serving job " + std::to_string(number(*job, "number")) + " for " +
             text(*job, "controller") + " since " + text(*job, "since");
+    if (number(*job, "devices_open") >= 0) {
+      line += "  devices " + std::to_string(number(*job, "devices_open")) + "  memory " +
+              std::to_string(number(*job, "memory_bytes")) + " B";
+    }
   } else {
     line += "idle";
   }

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "remote/io/counters.hpp"
+#include "remote/job/work_counters.hpp"
 
 namespace rig::rigd {
 
@@ -32,6 +33,8 @@ struct JobPage {
   std::atomic<char> controller[job_page_address_bytes_max]{};
   // What the job's connections carried (the job process hands these to the remote layer).
   rig::remote::ConnectionCounters connections;
+  // What the job's work amounted to (likewise handed to the remote layer).
+  rig::remote::WorkCounters work;
 
   // Called by the job process once, when a controller has started the job.
   void start(std::string_view controller_address, std::int64_t unix_ms) {
@@ -63,6 +66,12 @@ struct JobPage {
       r->received_messages.store(0);
       r->last_received_ms.store(0);
     }
+    for (auto* f : {&work.devices_open, &work.memory_bytes, &work.submissions, &work.copies,
+                    &work.copy_bytes, &work.rail_rounds_sent, &work.rail_bytes_sent,
+                    &work.rail_rounds_arrived, &work.rail_bytes_arrived}) {
+      f->store(0);
+    }
+    work.device_lost.store(0);
   }
 };
 

@@ -454,7 +454,10 @@ int serve_one(const Options& o, const rig::remote::Key& key) {
   // The job process logs the job's start itself (only it knows the controller); the daemon logs
   // the end, which it learns even when the process dies without a word.
   rig::rigd::JobPage* page = o.page_fd >= 0 ? join_page(o.page_fd) : nullptr;
-  if (page != nullptr) rig::remote::set_connection_counters(&page->connections);
+  if (page != nullptr) {
+    rig::remote::set_connection_counters(&page->connections);
+    rig::remote::set_work_counters(&page->work);
+  }
   rig::remote::set_agent_log(
       [page](const std::string& line) {
         note_start(page, line);

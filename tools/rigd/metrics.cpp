@@ -69,6 +69,17 @@ std::array<const rig::remote::ConnectionCounters::Role*, 2> roles_of(const JobPa
   return {&page.connections.controller, &page.connections.agent};
 }
 
+// The page's work counts, and `into` with them added.
+void add_work(const rig::remote::WorkCounters& w, auto& into) {
+  into.submissions += w.submissions.load(std::memory_order_relaxed);
+  into.copies += w.copies.load(std::memory_order_relaxed);
+  into.copy_bytes += w.copy_bytes.load(std::memory_order_relaxed);
+  into.rail_rounds_sent += w.rail_rounds_sent.load(std::memory_order_relaxed);
+  into.rail_bytes_sent += w.rail_bytes_sent.load(std::memory_order_relaxed);
+  into.rail_rounds_arrived += w.rail_rounds_arrived.load(std::memory_order_relaxed);
+  into.rail_bytes_arrived += w.rail_bytes_arrived.load(std::memory_order_relaxed);
+}
+
 std::int64_t steady_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -143,6 +154,8 @@ void Metrics::job_process_ended(std::uint64_t job, std::string_view report,
     ended_traffic_[r].sent_messages += roles[r]->sent_messages.load();
     ended_traffic_[r].received_messages += roles[r]->received_messages.load();
   }
+  add_work(page_->work, ended_work_);
+  const bool device_lost = page_->work.device_lost.load() != 0;
   page_->clear();
   if (!started && report.empty()) return;  // no controller came: no job
   Last last;
@@ -154,6 +167,8 @@ void Metrics::job_process_ended(std::uint64_t job, std::string_view report,
   } else {
     last.cause = report.starts_with("failed ") ? report.substr(7) : report.empty() ? death : report;
     last.kind = classify_cause(last.cause);
+    // A device's loss is worded by the device (its driver's text): the job process says so.
+    if (last.kind == CauseKind::other && device_lost) last.kind = CauseKind::device_lost;
     ++failed_;
     ++failures_[static_cast<std::size_t>(last.kind)];
   }
@@ -179,7 +194,11 @@ Metrics::Snapshot Metrics::snapshot() const {
   s.failures = failures_;
   s.last = last_;
   s.traffic = ended_traffic_;
+  s.work = ended_work_;
   if (process_running_) {
+    add_work(page_->work, s.work);
+    s.devices_open = page_->work.devices_open.load(std::memory_order_relaxed);
+    s.memory_bytes = page_->work.memory_bytes.load(std::memory_order_relaxed);
     const auto roles = roles_of(*page_);
     for (std::size_t r = 0; r < roles.size(); ++r) {
       s.traffic[r].sent_bytes += roles[r]->sent_bytes.load(std::memory_order_relaxed);
@@ -246,6 +265,29 @@ std::string Metrics::prometheus_text() const {
              static_cast<double>(s.traffic[r].*c.field));
     }
   }
+  family(out, "rig_job_devices_open", "gauge",
+         "Devices the job being served has opened on this agent (its host not counted).");
+  sample(out, "rig_job_devices_open", "", static_cast<double>(s.devices_open));
+  family(out, "rig_job_memory_bytes", "gauge",
+         "Bytes of the buffers the job being served holds on this agent's devices.");
+  sample(out, "rig_job_memory_bytes", "", static_cast<double>(s.memory_bytes));
+  family(out, "rig_submissions_total", "counter", "Submissions the jobs applied on this agent.");
+  sample(out, "rig_submissions_total", "", static_cast<double>(s.work.submissions));
+  family(out, "rig_copies_total", "counter", "Copies among those submissions.");
+  sample(out, "rig_copies_total", "", static_cast<double>(s.work.copies));
+  family(out, "rig_copy_bytes_total", "counter", "Bytes those copies moved.");
+  sample(out, "rig_copy_bytes_total", "", static_cast<double>(s.work.copy_bytes));
+  family(out, "rig_rail_rounds_total", "counter",
+         "Rail rounds whose bytes this agent sent, or that arrived here.");
+  sample(out, "rig_rail_rounds_total", "direction=\"sent\"",
+         static_cast<double>(s.work.rail_rounds_sent));
+  sample(out, "rig_rail_rounds_total", "direction=\"arrived\"",
+         static_cast<double>(s.work.rail_rounds_arrived));
+  family(out, "rig_rail_bytes_total", "counter", "The bytes of those rail rounds.");
+  sample(out, "rig_rail_bytes_total", "direction=\"sent\"",
+         static_cast<double>(s.work.rail_bytes_sent));
+  sample(out, "rig_rail_bytes_total", "direction=\"arrived\"",
+         static_cast<double>(s.work.rail_bytes_arrived));
   // While a job is served: how long since its peers of each role last sent anything (a heartbeat
   // comes every second; the silence rule fails the job at 10 s).
   const std::int64_t now = steady_ms_now();
@@ -283,6 +325,17 @@ std::string Metrics::status_json() const {
     j["job"] = nullptr;
   }
   j["jobs"] = {{"started", s.jobs_started}, {"closed", s.closed}, {"failed", s.failed}};
+  if (s.serving) {
+    j["job"]["devices_open"] = s.devices_open;
+    j["job"]["memory_bytes"] = s.memory_bytes;
+  }
+  j["work"] = {{"submissions", s.work.submissions},
+               {"copies", s.work.copies},
+               {"copy_bytes", s.work.copy_bytes},
+               {"rail_rounds_sent", s.work.rail_rounds_sent},
+               {"rail_bytes_sent", s.work.rail_bytes_sent},
+               {"rail_rounds_arrived", s.work.rail_rounds_arrived},
+               {"rail_bytes_arrived", s.work.rail_bytes_arrived}};
   for (std::size_t r = 0; r < role_labels.size(); ++r) {
     j["traffic"][std::string(role_labels[r])] = {
         {"sent_bytes", s.traffic[r].sent_bytes},

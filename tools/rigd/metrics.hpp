@@ -80,6 +80,11 @@ class Metrics {
   struct Traffic {
     std::uint64_t sent_bytes = 0, received_bytes = 0, sent_messages = 0, received_messages = 0;
   };
+  // What the jobs' work amounted to: counts that only grow, summed over every job process.
+  struct Work {
+    std::uint64_t submissions = 0, copies = 0, copy_bytes = 0, rail_rounds_sent = 0,
+                  rail_bytes_sent = 0, rail_rounds_arrived = 0, rail_bytes_arrived = 0;
+  };
   struct Snapshot {
     std::uint64_t job = 0;  // the job process's job, 0 before the first
     bool process_running = false;
@@ -94,6 +99,9 @@ class Metrics {
     std::optional<Last> last;
     std::array<Traffic, 2> traffic{};
     std::array<std::int64_t, 2> last_received_ms{};  // steady clock; 0: nothing from that role yet
+    Work work;
+    std::uint64_t devices_open = 0;  // of the job being served
+    std::uint64_t memory_bytes = 0;
   };
   Snapshot snapshot() const;
 
@@ -109,6 +117,7 @@ class Metrics {
   std::array<std::uint64_t, cause_kind_count> failures_{};
   std::optional<Last> last_;
   std::array<Traffic, 2> ended_traffic_{};  // of the job processes that have ended
+  Work ended_work_{};                       // likewise
 };
 
 // Milliseconds since the Unix epoch, now.

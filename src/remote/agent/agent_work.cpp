@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "remote/io/guard.hpp"
+#include "remote/job/work_counters.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
 #include "remote/wire/printable.hpp"
@@ -127,6 +128,11 @@ void AgentWork::shut() {
   }
   uv_close(reinterpret_cast<uv_handle_t*>(&idle_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+}
+
+void AgentWork::device_lost(const std::string& cause) {
+  if (WorkCounters* c = work_counters()) c->device_lost.store(1, std::memory_order_relaxed);
+  fail(cause);
 }
 
 void AgentWork::fail(const std::string& cause) {
@@ -347,7 +353,10 @@ void AgentWork::apply(Op& op) {
   if (const auto* k = std::get_if<Make>(&m)) return make(*k);
   if (const auto* l = std::get_if<Load>(&m)) return load(*l, op);
   if (const auto* f = std::get_if<Free>(&m)) {
-    if (memory(f->memory, "FREE") != nullptr) memory_.erase(f->memory);
+    if (const Buffer* b = memory(f->memory, "FREE")) {
+      WorkCounters::take(&WorkCounters::memory_bytes, b->size());
+      memory_.erase(f->memory);
+    }
     return;
   }
   if (const auto* u = std::get_if<Unload>(&m)) {
@@ -413,6 +422,7 @@ void AgentWork::opened(const std::string& kind, std::optional<Result<std::vector
     const std::uint32_t id = next_device_++;
     devices_[id] = d;
     ids.push_back(id);
+    WorkCounters::add(&WorkCounters::devices_open, 1);
     answer.devices.push_back({id, d.name(), d.arch(), d.budget()});
   }
   // Reach between the new devices and every device the job holds here, both ways.
@@ -454,6 +464,7 @@ void AgentWork::make(const Make& m) {
         if (!making->threw.empty()) return fail(making->threw);
         if (!making->buffer) return controller_->send(Made{0, making->short_of});
         const std::uint64_t id = next_memory_++;
+        WorkCounters::add(&WorkCounters::memory_bytes, making->buffer->size());
         memory_.emplace(id, std::move(*making->buffer));
         controller_->send(Made{id, ""});
       });
@@ -604,6 +615,12 @@ void AgentWork::submit(const Submit& m, Op& op) {
   } catch (const std::exception& e) {
     return fail(e.what());  // refused by this machine's rig, out of memory, or a lost device
   }
+  WorkCounters::add(&WorkCounters::submissions, 1);
+  for (const WirePart& p : m.parts) {
+    if (p.kind != WirePart::copy || p.bytes == 0) continue;
+    WorkCounters::add(&WorkCounters::copies, 1);
+    WorkCounters::add(&WorkCounters::copy_bytes, p.bytes);
+  }
   for (Staged& st : op.staged) {
     for (auto& piece : st.pieces) run.staged.push_back(std::move(piece.first));
   }
@@ -659,7 +676,7 @@ void AgentWork::poll_running() {
 
 void AgentWork::check_running() {
   if (!running_ || shut_) return;
-  if (auto why = rig::failure(running_->device)) return fail(*why);
+  if (auto why = rig::failure(running_->device)) return device_lost(*why);
   if (running_->device.reached() >= running_->local_value) finish_running();
 }
 
@@ -693,7 +710,7 @@ void AgentWork::tick() {
     staging_->clear();
   }
   for (const auto& [id, d] : devices_) {
-    if (auto why = rig::failure(d)) return fail(*why);
+    if (auto why = rig::failure(d)) return device_lost(*why);
   }
 }
 

@@ -164,6 +164,8 @@ class AgentWork {
   void check_running();
   void finish_running();
   void fail(const std::string& cause);
+  // fail() for a device of the job found lost: counted as such for an operator.
+  void device_lost(const std::string& cause);
   Device* device(std::uint32_t id, std::string_view message);
   Buffer* memory(std::uint64_t id, std::string_view message);
 

@@ -4,11 +4,23 @@
 #include <cstring>
 
 #include "remote/io/guard.hpp"
+#include "remote/job/work_counters.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
 #include "remote/wire/frame.hpp"
 
 namespace rig::remote {
+
+namespace {
+
+// The bytes one round of `rail` moves: every transfer's.
+std::uint64_t round_bytes(const HeldRail& rail) {
+  std::uint64_t n = 0;
+  for (const auto& part : rail.parts) n += part.size();
+  return n;
+}
+
+}  // namespace
 
 Rails::Rails(Reactor& reactor, Events events) : reactor_(reactor), events_(std::move(events)) {}
 
@@ -183,6 +195,8 @@ void Rails::written(Connection* link, const std::vector<Outgoing::Item>& finishe
   for (const Outgoing::Item& item : finished) {
     if (item.round == 0) continue;  // a RAIL_END
     item.rail->counts->sent().publish(item.round);
+    WorkCounters::add(&WorkCounters::rail_rounds_sent, 1);
+    WorkCounters::add(&WorkCounters::rail_bytes_sent, round_bytes(*item.rail));
     if (events_.sent) events_.sent(*item.rail, item.round);
   }
   pump(link);
@@ -280,6 +294,8 @@ void Rails::on_data(Connection& from, std::size_t bytes, const std::uint8_t* at)
   // the bytes. Its sources were all read before its last byte left.
   rail.counts->arrived().publish(in.round);
   rail.counts->sent().publish(in.round);
+  WorkCounters::add(&WorkCounters::rail_rounds_arrived, 1);
+  WorkCounters::add(&WorkCounters::rail_bytes_arrived, round_bytes(rail));
   if (rail.link->state() == Connection::State::open) {
     const RailCount count{rail.id, RailCount::arrived, in.round};
     if (rail.source_waits || in.round <= rail.driven) {
