@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "http_get.hpp"
@@ -137,6 +138,18 @@ std::string status_line(const std::string& response) {
   return response.substr(0, response.find("\r\n"));
 }
 
+// Scrapes until `series` reads `expected`, for up to 5 s (the agent counts as it refuses); the
+// last value read.
+double value_within(int port, const std::string& series, double expected) {
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  double v = value(scrape(port), series);
+  while (v != expected && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    v = value(scrape(port), series);
+  }
+  return v;
+}
+
 // One job on `a`, started and closed in order.
 void one_job(const rig::remote::Key& key, const rig::remote::Address& a) {
   auto job = rig::remote::connect(key, {a});
@@ -168,6 +181,28 @@ TEST_SUITE("metrics") {
     CHECK(st["kinds"] == "CPU,SIM");
     CHECK(st["job"].is_null());
     CHECK(st["last"].is_null());
+
+    // Connections that do not prove the key, each counted by why; none is a job.
+    {
+      auto [wrong, refused] =
+          rig::test::dial_as_controller(a.port, load_key(make_key_file("metrics-whole-other")));
+      CHECK(refused.why() == "holds another key");
+      CHECK(value_within(a.metrics_port, "rig_handshake_failures_total{reason=\"wrong_key\"}", 1) ==
+            1);
+      const int garbage = rig::test::connect_loopback(a.port);
+      const std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+      REQUIRE(::write(garbage, junk.data(), junk.size()) == static_cast<ssize_t>(junk.size()));
+      CHECK(value_within(a.metrics_port, "rig_handshake_failures_total{reason=\"malformed\"}", 1) ==
+            1);
+      // Silent: refused at the handshake's bound (1 s at this timing divisor).
+      const int silent = rig::test::connect_loopback(a.port);
+      CHECK(value_within(a.metrics_port, "rig_handshake_failures_total{reason=\"timed_out\"}", 1) ==
+            1);
+      for (const int s : {wrong, garbage, silent}) ::close(s);
+      m = scrape(a.metrics_port);
+      CHECK(value(m, "rig_connections_refused_total") == 0);
+      CHECK(value(m, "rig_jobs_started_total") == 0);
+    }
 
     // Serving job 1, then closed.
     {

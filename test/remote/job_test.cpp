@@ -413,7 +413,14 @@ TEST_CASE(
   std::thread fake([&] {
     rig::remote::FrameDecoder d;
     const int s = rig::test::accept_job(agent, key, d, 1ull << 30);
-    REQUIRE(read_until<rig::remote::Make>(s, d));
+    // Not REQUIRE: a failure on this thread would end the test binary before the controller's
+    // stderr is shown (below), and that says why the controller ended (a sanitizer's report).
+    const bool made = read_until<rig::remote::Make>(s, d);
+    CHECK(made);
+    if (!made) {
+      ::close(s);
+      return;
+    }
     send_message(s, rig::remote::Made{4096, ""});
     // The copy's 256 MiB now back up into the controller's queue, since nothing reads them. A
     // second MADE, which nothing asked for, fails the job there: its abort waits behind the copy.
@@ -429,9 +436,12 @@ TEST_CASE(
       {env("RIG_TEST_CONTROLLER"), key_file, "--copy-mib", "256", "--until-failed", agent.name()});
   REQUIRE(controller.line(10'000) == std::optional<std::string>("started"));
   const auto failed = controller.line(10'000);
-  REQUIRE(failed.has_value());
+  if (!failed) {
+    while (auto l = controller.err_line(100)) MESSAGE("the controller's stderr: " << *l);
+  }
   const int status = controller.wait();
   fake.join();
+  REQUIRE(failed.has_value());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   if (status != 0) {

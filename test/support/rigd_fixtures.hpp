@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "child/child.hpp"
@@ -109,10 +110,10 @@ struct RigdProcess {
   }
 };
 
-// A hand-made controller: connects to the agent at `port`, proves `key` as a job's controller,
-// and returns the socket, on which it then neither reads nor sends (nor closes, until the caller
-// does): a peer that will not end the job.
-inline int prove_as_controller(int port, const rig::remote::Key& key) {
+// A hand-made controller's handshake with the agent at `port`, as a job's controller holding
+// `key`, to its end: the socket and the handshake, proven or refused.
+inline std::pair<int, rig::remote::Handshake> dial_as_controller(int port,
+                                                                 const rig::remote::Key& key) {
   const int s = connect_loopback(port);
   auto hs = rig::remote::Handshake::dialer(
       key, {rig::remote::Role::controller, "controller", rig::remote::new_job_id(), "agent",
@@ -125,6 +126,14 @@ inline int prove_as_controller(int port, const rig::remote::Key& key) {
     REQUIRE(n > 0);
     (void)hs.feed({buf, static_cast<std::size_t>(n)});
   }
+  return {s, std::move(hs)};
+}
+
+// A hand-made controller: connects to the agent at `port`, proves `key` as a job's controller,
+// and returns the socket, on which it then neither reads nor sends (nor closes, until the caller
+// does): a peer that will not end the job.
+inline int prove_as_controller(int port, const rig::remote::Key& key) {
+  auto [s, hs] = dial_as_controller(port, key);
   REQUIRE_MESSAGE(hs.state() == rig::remote::Handshake::State::proven, hs.why());
   return s;
 }

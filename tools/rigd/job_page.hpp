@@ -72,6 +72,10 @@ struct JobPage {
       f->store(0);
     }
     work.device_lost.store(0);
+    for (auto* f : {&connections.handshakes_wrong_key, &connections.handshakes_malformed,
+                    &connections.handshakes_timed_out, &connections.connections_refused}) {
+      f->store(0);
+    }
   }
 };
 

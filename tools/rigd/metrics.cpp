@@ -69,8 +69,14 @@ std::array<const rig::remote::ConnectionCounters::Role*, 2> roles_of(const JobPa
   return {&page.connections.controller, &page.connections.agent};
 }
 
-// The page's work counts, and `into` with them added.
-void add_work(const rig::remote::WorkCounters& w, auto& into) {
+// The page's work counts (and its listener's refusals), and `into` with them added.
+void add_work(const JobPage& page, auto& into) {
+  const rig::remote::WorkCounters& w = page.work;
+  const rig::remote::ConnectionCounters& c = page.connections;
+  into.handshakes_wrong_key += c.handshakes_wrong_key.load(std::memory_order_relaxed);
+  into.handshakes_malformed += c.handshakes_malformed.load(std::memory_order_relaxed);
+  into.handshakes_timed_out += c.handshakes_timed_out.load(std::memory_order_relaxed);
+  into.connections_refused += c.connections_refused.load(std::memory_order_relaxed);
   into.submissions += w.submissions.load(std::memory_order_relaxed);
   into.copies += w.copies.load(std::memory_order_relaxed);
   into.copy_bytes += w.copy_bytes.load(std::memory_order_relaxed);
@@ -154,7 +160,7 @@ void Metrics::job_process_ended(std::uint64_t job, std::string_view report,
     ended_traffic_[r].sent_messages += roles[r]->sent_messages.load();
     ended_traffic_[r].received_messages += roles[r]->received_messages.load();
   }
-  add_work(page_->work, ended_work_);
+  add_work(*page_, ended_work_);
   const bool device_lost = page_->work.device_lost.load() != 0;
   page_->clear();
   if (!started && report.empty()) return;  // no controller came: no job
@@ -196,7 +202,7 @@ Metrics::Snapshot Metrics::snapshot() const {
   s.traffic = ended_traffic_;
   s.work = ended_work_;
   if (process_running_) {
-    add_work(page_->work, s.work);
+    add_work(*page_, s.work);
     s.devices_open = page_->work.devices_open.load(std::memory_order_relaxed);
     s.memory_bytes = page_->work.memory_bytes.load(std::memory_order_relaxed);
     const auto roles = roles_of(*page_);
@@ -265,6 +271,18 @@ std::string Metrics::prometheus_text() const {
              static_cast<double>(s.traffic[r].*c.field));
     }
   }
+  family(out, "rig_handshake_failures_total", "counter",
+         "Connections to this agent that did not prove the key, by why.");
+  sample(out, "rig_handshake_failures_total", "reason=\"wrong_key\"",
+         static_cast<double>(s.work.handshakes_wrong_key));
+  sample(out, "rig_handshake_failures_total", "reason=\"malformed\"",
+         static_cast<double>(s.work.handshakes_malformed));
+  sample(out, "rig_handshake_failures_total", "reason=\"timed_out\"",
+         static_cast<double>(s.work.handshakes_timed_out));
+  family(out, "rig_connections_refused_total", "counter",
+         "Connections refused though they might have proven the key: another job's, an agent's "
+         "before a job, any while a job ends, and strangers dropped to make room.");
+  sample(out, "rig_connections_refused_total", "", static_cast<double>(s.work.connections_refused));
   family(out, "rig_job_devices_open", "gauge",
          "Devices the job being served has opened on this agent (its host not counted).");
   sample(out, "rig_job_devices_open", "", static_cast<double>(s.devices_open));

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "remote/io/address.hpp"
+#include "remote/io/counters.hpp"
 #include "remote/io/tcp_transport.hpp"
 #include "remote/wire/printable.hpp"
 
@@ -126,6 +127,9 @@ bool AgentProtocol::drop_oldest_stranger(const std::string& why) {
       continue;
     }
     oldest->close_now();  // the descriptor is closed at once; the memory when the close is done
+    if (ConnectionCounters* c = connection_counters()) {
+      c->connections_refused.fetch_add(1, std::memory_order_relaxed);
+    }
     if (dropped_++ == 0) {
       dropped_logged_ = 1;
       dropped_logged_ms_ = reactor_.now_ms();

@@ -23,6 +23,21 @@ ConnectionCounters::Role* counted(const std::optional<Handshake>& hs) {
   return hs->peer().role == Role::controller ? &c->controller : &c->agent;
 }
 
+// A listener's connection refused in its handshake: counted by why.
+void count_refusal(const Handshake& hs, bool timed_out) {
+  ConnectionCounters* c = connection_counters();
+  if (c == nullptr || !hs.listening()) return;
+  std::atomic<std::uint64_t>* field = nullptr;
+  if (timed_out) {
+    field = &c->handshakes_timed_out;
+  } else if (const auto& v = hs.verdict_sent()) {
+    field = *v == Verdict::wrong_key   ? &c->handshakes_wrong_key
+            : *v == Verdict::malformed ? &c->handshakes_malformed
+                                       : &c->connections_refused;
+  }
+  if (field != nullptr) field->fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace
 namespace {
 
@@ -266,6 +281,7 @@ void Connection::handshake_bytes(std::span<const std::uint8_t> bytes) {
   if (hs.state() == Handshake::State::verified) hs.admit(owner_.serving_job(*this));
   flush_handshake();
   if (hs.state() == Handshake::State::refused) {
+    count_refusal(hs, false);
     owner_.on_refused(*this, hs.why());
     // Let the verdict reach the dialer before the close, so its error can say why: the close
     // follows once it has gone to the kernel (on_shutdown). A dialer that was refused sends
@@ -513,6 +529,7 @@ void Connection::tick(std::int64_t now) {
     case State::handshaking:
       // After a pause of this process the peer's greeting or proof may be waiting unread.
       if (now - started_ms_ >= timing_.handshake_timeout_ms && !liveness_.resuming(now)) {
+        if (handshake_) count_refusal(*handshake_, true);
         owner_.on_refused(*this, handshake_timeout_text());
         close_handle();
       }

@@ -1,5 +1,6 @@
 // What a process's connections carried, counted for an operator (rigd's --metrics): bytes and
-// messages each way, by the role of the peer, and when bytes last came from one. Off unless a
+// messages each way, by the role of the peer, and when bytes last came from one; and the
+// connections it listened for that did not prove the key. Off unless a
 // process hands in where to count (rigd's job process: a page of shared memory its daemon reads),
 // so that a controller or a test pays one load of a null pointer per read and write.
 #pragma once
@@ -26,6 +27,13 @@ struct ConnectionCounters {
   };
   Role controller;
   Role agent;
+  // Connections this process listened for that did not prove the key, by why (a verdict sent, or
+  // no proof within the handshake's bound), and those refused though they might have: another
+  // job's dialers, agents before a job, dialers while the job ends, strangers dropped at the cap.
+  std::atomic<std::uint64_t> handshakes_wrong_key{0};
+  std::atomic<std::uint64_t> handshakes_malformed{0};
+  std::atomic<std::uint64_t> handshakes_timed_out{0};
+  std::atomic<std::uint64_t> connections_refused{0};
 };
 
 // From now on this process's connections count into `counters` (null: no longer). Before the

@@ -47,6 +47,7 @@ InstanceId new_instance_id() {
 
 Handshake::Handshake(const Key& key, bool dialing, DialerConfig dialer, ListenerConfig listener)
     : keys_(key),
+      dialing_(dialing),
       dialer_(std::move(dialer)),
       listener_(listener),
       state_(dialing ? State::awaiting_greeting : State::awaiting_proof) {}
@@ -231,7 +232,10 @@ void Handshake::reply(Verdict verdict, std::string why) {
   head.push_back(static_cast<std::uint8_t>(verdict));
   transcript_.insert(transcript_.end(), head.begin(), head.end());
   output_.insert(output_.end(), head.begin(), head.end());
-  if (!proven) return refuse(std::move(why));
+  if (!proven) {
+    verdict_sent_ = verdict;
+    return refuse(std::move(why));
+  }
   const Mac mac = keys_.prove(Direction::listener, transcript_);
   output_.insert(output_.end(), mac.begin(), mac.end());
   state_ = State::proven;

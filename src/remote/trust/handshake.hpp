@@ -141,6 +141,10 @@ class Handshake {
   // Dialer: the instance id the listener's greeting carried, once the whole greeting arrived (a
   // proof is not needed for it: two connections that greet with one id reach one process).
   const std::optional<InstanceId>& greeting_instance() const noexcept { return greeting_instance_; }
+  // Whether this is the listener's end.
+  bool listening() const noexcept { return !dialing_; }
+  // Listener, once refused: the verdict it sent (none when the dialer left before one was due).
+  const std::optional<Verdict>& verdict_sent() const noexcept { return verdict_sent_; }
 
  private:
   // Which piece of which message `pending_` is collecting.
@@ -169,6 +173,8 @@ class Handshake {
   void refuse(std::string why);
 
   MacKeys keys_;
+  bool dialing_;
+  std::optional<Verdict> verdict_sent_;
   DialerConfig dialer_;
   ListenerConfig listener_;
   State state_;
