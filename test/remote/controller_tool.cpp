@@ -69,6 +69,10 @@ int main(int argc, char** argv) {
     agents.emplace_back(at->host, at->port);
   }
   // Misuse and a bad RIG_* tunable raise from connect: printed like a failed start.
+  // Never freed (held by a global, so leak checkers see it reachable): the copy may still be
+  // sending from it while the exit waits for the job. Filled before the job starts: under TSan on
+  // a loaded machine filling 256 MiB took longer than the 10 s a silent fake agent allows.
+  copy_source = new std::vector<std::uint8_t>(static_cast<std::size_t>(copy_mib) << 20, 0x5A);
   std::optional<rig::Result<rig::remote::Job>> started;
   try {
     started.emplace(rig::remote::connect(*key, agents));
@@ -84,9 +88,6 @@ int main(int argc, char** argv) {
   }
   std::printf("started\n");
   std::fflush(stdout);
-  // Never freed (held by a global, so leak checkers see it reachable): the copy may still be
-  // sending from it while the exit waits for the job.
-  copy_source = new std::vector<std::uint8_t>(static_cast<std::size_t>(copy_mib) << 20, 0x5A);
   std::vector<std::uint8_t>* const source = copy_source;
   std::optional<rig::Buffer> there;
   if (copy_mib > 0) {
