@@ -271,41 +271,42 @@ std::string Metrics::prometheus_text() const {
              static_cast<double>(s.traffic[r].*c.field));
     }
   }
-  family(out, "rig_handshake_failures_total", "counter",
-         "Connections to this agent that did not prove the key, by why.");
-  sample(out, "rig_handshake_failures_total", "reason=\"wrong_key\"",
-         static_cast<double>(s.work.handshakes_wrong_key));
-  sample(out, "rig_handshake_failures_total", "reason=\"malformed\"",
-         static_cast<double>(s.work.handshakes_malformed));
-  sample(out, "rig_handshake_failures_total", "reason=\"timed_out\"",
-         static_cast<double>(s.work.handshakes_timed_out));
-  family(out, "rig_connections_refused_total", "counter",
+  // A family of one sample, unlabelled.
+  auto single = [&](const char* name, const char* type, const char* help, std::uint64_t v) {
+    family(out, name, type, help);
+    sample(out, name, "", static_cast<double>(v));
+  };
+  // A counter by `label`, one sample per value.
+  auto by = [&](const char* name, const char* help, const char* label,
+                std::initializer_list<std::pair<const char*, std::uint64_t>> values) {
+    family(out, name, "counter", help);
+    for (const auto& [value, n] : values) {
+      sample(out, name, std::string(label) + "=\"" + value + "\"", static_cast<double>(n));
+    }
+  };
+  by("rig_handshake_failures_total",
+     "Connections to this agent that did not prove the key, by why.", "reason",
+     {{"wrong_key", s.work.handshakes_wrong_key},
+      {"malformed", s.work.handshakes_malformed},
+      {"timed_out", s.work.handshakes_timed_out}});
+  single("rig_connections_refused_total", "counter",
          "Connections refused though they might have proven the key: another job's, an agent's "
-         "before a job, any while a job ends, and strangers dropped to make room.");
-  sample(out, "rig_connections_refused_total", "", static_cast<double>(s.work.connections_refused));
-  family(out, "rig_job_devices_open", "gauge",
-         "Devices the job being served has opened on this agent (its host not counted).");
-  sample(out, "rig_job_devices_open", "", static_cast<double>(s.devices_open));
-  family(out, "rig_job_memory_bytes", "gauge",
-         "Bytes of the buffers the job being served holds on this agent's devices.");
-  sample(out, "rig_job_memory_bytes", "", static_cast<double>(s.memory_bytes));
-  family(out, "rig_submissions_total", "counter", "Submissions the jobs applied on this agent.");
-  sample(out, "rig_submissions_total", "", static_cast<double>(s.work.submissions));
-  family(out, "rig_copies_total", "counter", "Copies among those submissions.");
-  sample(out, "rig_copies_total", "", static_cast<double>(s.work.copies));
-  family(out, "rig_copy_bytes_total", "counter", "Bytes those copies moved.");
-  sample(out, "rig_copy_bytes_total", "", static_cast<double>(s.work.copy_bytes));
-  family(out, "rig_rail_rounds_total", "counter",
-         "Rail rounds whose bytes this agent sent, or that arrived here.");
-  sample(out, "rig_rail_rounds_total", "direction=\"sent\"",
-         static_cast<double>(s.work.rail_rounds_sent));
-  sample(out, "rig_rail_rounds_total", "direction=\"arrived\"",
-         static_cast<double>(s.work.rail_rounds_arrived));
-  family(out, "rig_rail_bytes_total", "counter", "The bytes of those rail rounds.");
-  sample(out, "rig_rail_bytes_total", "direction=\"sent\"",
-         static_cast<double>(s.work.rail_bytes_sent));
-  sample(out, "rig_rail_bytes_total", "direction=\"arrived\"",
-         static_cast<double>(s.work.rail_bytes_arrived));
+         "before a job, any while a job ends, and strangers dropped to make room.",
+         s.work.connections_refused);
+  single("rig_job_devices_open", "gauge",
+         "Devices the job being served has opened on this agent (its host not counted).",
+         s.devices_open);
+  single("rig_job_memory_bytes", "gauge",
+         "Bytes of the buffers the job being served holds on this agent's devices.",
+         s.memory_bytes);
+  single("rig_submissions_total", "counter", "Submissions the jobs applied on this agent.",
+         s.work.submissions);
+  single("rig_copies_total", "counter", "Copies among those submissions.", s.work.copies);
+  single("rig_copy_bytes_total", "counter", "Bytes those copies moved.", s.work.copy_bytes);
+  by("rig_rail_rounds_total", "Rail rounds whose bytes this agent sent, or that arrived here.",
+     "direction", {{"sent", s.work.rail_rounds_sent}, {"arrived", s.work.rail_rounds_arrived}});
+  by("rig_rail_bytes_total", "The bytes of those rail rounds.", "direction",
+     {{"sent", s.work.rail_bytes_sent}, {"arrived", s.work.rail_bytes_arrived}});
   // While a job is served: how long since its peers of each role last sent anything (a heartbeat
   // comes every second; the silence rule fails the job at 10 s).
   const std::int64_t now = steady_ms_now();
