@@ -42,11 +42,15 @@ tools/deps.sh || exit 1
 summary=()
 failed=0
 
-# Counts the results in DIR's test log: "12 ok, 1 skipped" and the names of the failures.
+# Counts the results in DIR's test log: "12 ok, 1 skipped" and the names of the failures, each
+# with the start of its first sanitizer report (or its last lines): CI shows only the end of its
+# output, and the summary is there.
 count_results() {
   python3 - "$1/meson-logs/testlog.json" <<'EOF'
-import json, sys
+import json, re, sys
 counts, bad = {}, []
+report = re.compile(r"WARNING: ThreadSanitizer|ERROR: AddressSanitizer|ERROR: LeakSanitizer|"
+                    r"runtime error:|ERROR: .*fail|TEST CASE:")
 try:
     lines = open(sys.argv[1]).read().splitlines()
 except FileNotFoundError:
@@ -58,7 +62,11 @@ for line in lines:
     r = t["result"]
     counts[r] = counts.get(r, 0) + 1
     if r not in ("OK", "SKIP", "EXPECTEDFAIL"):
-        bad.append(f'{t["name"]} ({r.lower()})')
+        out = ((t.get("stdout") or "") + (t.get("stderr") or "")).splitlines()
+        first = next((i for i, l in enumerate(out) if report.search(l)), None)
+        shown = out[first:first + 30] if first is not None else out[-15:]
+        bad.append(f'{t["name"]} ({r.lower()})' +
+                   "".join("\n        | " + l[:300] for l in shown))
 names = {"OK": "ok", "SKIP": "skipped", "FAIL": "failed", "TIMEOUT": "timed out",
          "EXPECTEDFAIL": "failed as expected", "UNEXPECTEDPASS": "passed unexpectedly",
          "ERROR": "errors"}

@@ -1,11 +1,16 @@
 // rigd's request parser (tools/rigd/http.*) and the classifier of root causes (metrics.*): what a
 // request's bytes, cut anywhere, parse to; which status a bad one gets; and which kind each root
-// cause the remote layer makes is counted as.
+// cause the remote layer makes is counted as. And /status's devices: the probe's lines as the
+// daemon reads them (device_probe.*), and what a job holds of each device, from its page.
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "remote/job/work_counters.hpp"
+#include "rigd/device_probe.hpp"
 #include "rigd/http.hpp"
 #include "rigd/metrics.hpp"
 
@@ -140,5 +145,79 @@ TEST_SUITE("metrics") {
     metrics.job_process_ended(3, "failed controller: closed its connection", "");
     CHECK(metrics.prometheus_text().find(
               "rig_job_failures_total{cause=\"connection_closed\"} 1\n") != std::string::npos);
+  }
+
+  TEST_CASE("the device probe's lines: devices and problems read, anything else dropped") {
+    using rig::rigd::parse_probe_line;
+    auto d = parse_probe_line("device\tSIM:1\tsim\t1073741824");
+    REQUIRE(d.device.has_value());
+    CHECK(d.device->name == "SIM:1");
+    CHECK(d.device->arch == "sim");
+    CHECK(d.device->budget_bytes == 1073741824);
+    CHECK_FALSE(d.problem.has_value());
+    auto p = parse_probe_line("problem\tCUDA: this machine has none");
+    REQUIRE(p.problem.has_value());
+    CHECK(*p.problem == "CUDA: this machine has none");
+    CHECK_FALSE(p.device.has_value());
+    // Bytes that are not printable are escaped, whoever wrote them.
+    CHECK(parse_probe_line("problem\tCUDA: \x1b[2J").problem == "CUDA: \\x1b[2J");
+    for (const char* bad :
+         {"", "device", "device\tSIM:0\tsim", "device\tSIM:0\tsim\t12x", "device\tSIM:0\tsim\t-1",
+          "device\t\tsim\t1", "device\tSIM:0\tsim\t1\textra", "device\tSIM:0\tsim\t",
+          "device\tSIM:0\tsim\t99999999999999999999999", "problem\t", "other\tSIM:0\tsim\t1"}) {
+      CAPTURE(bad);
+      const auto l = parse_probe_line(bad);
+      CHECK_FALSE(l.device.has_value());
+      CHECK_FALSE(l.problem.has_value());
+    }
+  }
+
+  TEST_CASE("/status lists the probed devices with what the job holds of each, and its agents") {
+    rig::rigd::JobPage page;
+    rig::rigd::Metrics metrics({}, &page);
+    auto status = [&] { return nlohmann::json::parse(metrics.status_json()); };
+    CHECK(status()["devices"].is_null());  // the probe has not ended
+    metrics.devices_probed({{"SIM:0", "sim", 1u << 30}, {"SIM:1", "sim", 2u << 30}},
+                           {"CUDA: this machine has none"});
+    auto st = status();
+    REQUIRE(st["devices"].size() == 2);
+    CHECK(st["devices"][1] == nlohmann::json{{"name", "SIM:1"},
+                                             {"arch", "sim"},
+                                             {"budget_bytes", 2u << 30},
+                                             {"in_use", false},
+                                             {"memory_bytes", 0}});
+    CHECK(st["device_problems"] == nlohmann::json{"CUDA: this machine has none"});
+
+    metrics.job_process_started(1);
+    rig::remote::set_work_counters(&page.work);
+    page.start("127.0.0.1:5000", 1);
+    page.set_agents({"a", "b\\x01", "c"});
+    rig::remote::WorkCounters::device_opened("SIM:1");
+    rig::remote::WorkCounters::memory_made("SIM:1", 4096);
+    rig::remote::WorkCounters::memory_made("CPU", 100);  // not probed: in the total only
+    st = status();
+    CHECK(st["job"]["agents"] == nlohmann::json{"a", "b\\x01", "c"});
+    CHECK(st["job"]["memory_bytes"] == 4196);
+    CHECK(st["job"]["devices_open"] == 1);
+    CHECK(st["devices"][0]["in_use"] == false);
+    CHECK(st["devices"][1]["in_use"] == true);
+    CHECK(st["devices"][1]["memory_bytes"] == 4096);
+    rig::remote::WorkCounters::memory_freed("SIM:1", 4096);
+    st = status();
+    CHECK(st["devices"][1]["in_use"] == true);
+    CHECK(st["devices"][1]["memory_bytes"] == 0);
+    CHECK(st["job"]["memory_bytes"] == 100);
+    // More devices than the page has slots for: counted in the totals, the first ones kept.
+    for (std::size_t i = 0; i < rig::remote::work_devices_max + 8; ++i) {
+      rig::remote::WorkCounters::memory_made("SIM:" + std::to_string(100 + i), 1);
+    }
+    CHECK(status()["job"]["memory_bytes"] == 100 + rig::remote::work_devices_max + 8);
+    CHECK(status()["devices"][1]["in_use"] == true);
+    rig::remote::set_work_counters(nullptr);
+    metrics.job_process_ended(1, "closed", "");
+    st = status();
+    CHECK(st["job"].is_null());
+    CHECK(st["devices"][1]["in_use"] == false);
+    CHECK(st["devices"][1]["memory_bytes"] == 0);
   }
 }

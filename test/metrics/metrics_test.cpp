@@ -181,6 +181,25 @@ TEST_SUITE("metrics") {
     CHECK(st["kinds"] == "CPU,SIM");
     CHECK(st["job"].is_null());
     CHECK(st["last"].is_null());
+    // The machine's devices, as the daemon's probe found them: those this process finds too.
+    {
+      const auto until = Clock::now() + std::chrono::seconds(10);
+      while (st["devices"].is_null() && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        st = status_of(a.metrics_port);
+      }
+      std::vector<rig::Device> here = rig::open(rig::Kind::cpu);
+      for (const rig::Device& d : rig::open(rig::Kind::sim)) here.push_back(d);
+      REQUIRE(st["devices"].size() == here.size());
+      for (std::size_t i = 0; i < here.size(); ++i) {
+        CAPTURE(st["devices"][i].dump());
+        CHECK(st["devices"][i]["name"] == here[i].name());
+        CHECK(st["devices"][i]["arch"] == here[i].arch());
+        CHECK(st["devices"][i]["budget_bytes"] == here[i].budget());
+        CHECK(st["devices"][i]["in_use"] == false);
+      }
+      CHECK(st["device_problems"].empty());
+    }
 
     // Connections that do not prove the key, each counted by why; none is a job.
     {
@@ -269,8 +288,30 @@ TEST_SUITE("metrics") {
       CHECK(st["state"] == "serving");
       CHECK(st["job"]["number"] == 1);
       CHECK(st["job"]["controller"].get<std::string>().starts_with("127.0.0.1:"));
+      const std::string host_name = job->hosts().at(0).name();
+      CHECK(st["job"]["agents"] == nlohmann::json{host_name.substr(host_name.find('@') + 1)});
       CHECK(st["job"]["memory_bytes"] == copy_bytes + rail_bytes);
       CHECK(st["work"]["copies"] == 2);
+      // The job holds the SIM devices it opened, one with a buffer, and the host (the CPU
+      // device) with the buffers above: /status says which holds what.
+      auto on_sim = rig::Buffer::make(sims->at(0), 4096);
+      std::vector<std::uint8_t> few(16, 1);
+      rig::copy(on_sim, rig::Buffer::borrow(few.data(), few.size())).wait();
+      st = status_of(a.metrics_port);
+      CHECK(st["job"]["memory_bytes"] == copy_bytes + rail_bytes + 4096);
+      const std::string sim0 = sims->at(0).name().substr(0, sims->at(0).name().find('@'));
+      std::size_t in_use = 0;
+      for (const auto& d : st["devices"]) {
+        CAPTURE(d.dump());
+        const std::string name = d["name"];
+        CHECK(d["in_use"] == true);
+        in_use += d["in_use"] ? 1 : 0;
+        const std::size_t held = name == sim0               ? 4096
+                                 : name.starts_with("SIM:") ? 0
+                                                            : copy_bytes + rail_bytes;
+        CHECK(d["memory_bytes"] == held);
+      }
+      CHECK(in_use == sims->size() + 1);
       job->close();
     }
     REQUIRE(a.err_until("job 1: closed").has_value());
@@ -287,7 +328,7 @@ TEST_SUITE("metrics") {
     // The job's gauges go with it; its counts stay.
     CHECK(value(m, "rig_job_memory_bytes") == 0);
     CHECK(value(m, "rig_job_devices_open") == 0);
-    CHECK(value(m, "rig_copies_total") == 2);
+    CHECK(value(m, "rig_copies_total") == 3);
     CHECK(value(m, "rig_rail_rounds_total{direction=\"arrived\"}") == 1);
     st = status_of(a.metrics_port);
     CHECK(st["last"]["job"] == 1);

@@ -4,12 +4,16 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "http_get.hpp"
 #include "remote/io/address.hpp"
+#include "rig/rig.hpp"
 #include "support/job_fixtures.hpp"
 #include "support/process.hpp"
 #include "support/rigd_fixtures.hpp"
@@ -30,8 +34,28 @@ struct StatusRigd : RigdProcess {
     REQUIRE(line.has_value());
     REQUIRE(line->starts_with("metrics "));
     metrics = line->substr(8);
+    // Until its device probe has ended, an agent's line has no devices to show.
+    auto at = rig::remote::parse_address(metrics);
+    REQUIRE(at.ok());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      auto r = rig::cli::http_get(at->host, at->port, "/status", 10'000);
+      REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error()));
+      if (!nlohmann::json::parse(r->body)["devices"].is_null()) break;
+      REQUIRE_MESSAGE(std::chrono::steady_clock::now() < until, "no devices in /status in 10 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
 };
+
+// The devices this machine has of the default kinds (CPU, SIM), as rig status lists them.
+std::string devices_here() {
+  std::string names;
+  for (const rig::Kind kind : {rig::Kind::cpu, rig::Kind::sim}) {
+    for (const rig::Device& d : rig::open(kind)) names += (names.empty() ? "" : ",") + d.name();
+  }
+  return names;
+}
 
 // rig status ARGS: its exit status and stdout.
 std::pair<int, std::string> rig_status(const std::vector<std::string>& args) {
@@ -60,15 +84,16 @@ TEST_SUITE("metrics") {
     auto [status, out] = rig_status({idle.metrics, busy.metrics});
     INFO(out);
     CHECK(status == 0);
-    const std::string idle_line =
-        idle.metrics +
-        "  idle  kinds CPU,SIM  arch [^ ]+  jobs 0 \\(0 closed, 0 failed\\)  "
-        "last: none\n";
+    const std::string devices = devices_here();
+    const std::string idle_line = idle.metrics + "  idle  kinds CPU,SIM  arch [^ ]+  devices " +
+                                  devices + "  jobs 0 \\(0 closed, 0 failed\\)  last: none\n";
     const std::string busy_line = busy.metrics +
                                   "  serving job 1 for 127\\.0\\.0\\.1:[0-9]+ since "
-                                  "20[0-9-]+T[0-9:]+Z  devices 0  memory 0 B  "
-                                  "kinds CPU,SIM  "
-                                  "arch [^ ]+  jobs 1 \\(0 closed, 0 failed\\)  last: none\n";
+                                  "20[0-9-]+T[0-9:]+Z  memory 0 B  kinds CPU,SIM  arch [^ ]+  "
+                                  "devices " +
+                                  devices +
+                                  " \\(0 in use\\)  jobs 1 \\(0 closed, 0 failed\\)  last: "
+                                  "none\n";
     CHECK(std::regex_match(out, std::regex(idle_line + busy_line)));
 
     auto [json_status, json_out] = rig_status({"--json", busy.metrics});

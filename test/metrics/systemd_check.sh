@@ -23,9 +23,10 @@ fail() {
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 dest="$work/dest"
-# --no-rebuild: the suite's build has made what is installed; a rebuild here would run a second
-# ninja in the build folder beside the install test's (a sanitizer build leaves the harness and
-# the launch tests unbuilt, so that one builds them), and the two fought past their time limit.
+# --no-rebuild: the test depends on what is installed (rig_installed), so meson has built it; a
+# rebuild here would run a second ninja in the build folder beside the install test's, and a
+# sanitizer build, which leaves the harness and the launch tests unbuilt, had the two fight past
+# their time limit.
 meson install -C "$build" --quiet --no-rebuild --destdir "$dest" >"$work/install.log" 2>&1 ||
   fail "meson install failed: $(cat "$work/install.log")"
 

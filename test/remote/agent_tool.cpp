@@ -157,8 +157,9 @@ int main(int argc, char** argv) {
     kinds.emplace_back("THROW", []() -> rig::Result<std::vector<rig::Device>> { throw 42; });
   }
   if (signals) {
-    rig::remote::set_agent_log(
-        [](const std::string&) { say(std::string("step: SIGUSR1 ") + usr1_state()); });
+    rig::remote::AgentEvents events;
+    events.log = [](const std::string&) { say(std::string("step: SIGUSR1 ") + usr1_state()); };
+    rig::remote::set_agent_events(std::move(events));
     kinds.emplace_back("SIGNALS", []() -> rig::Result<std::vector<rig::Device>> {
       say(std::string("opener: SIGUSR1 ") + usr1_state() + ", handled " +
           std::to_string(usr1_handled.load()));
@@ -166,8 +167,9 @@ int main(int argc, char** argv) {
     });
   }
   if (throwing_log) {
-    rig::remote::set_agent_log(
-        [](const std::string&) { throw std::runtime_error("the log broke"); });
+    rig::remote::AgentEvents events;
+    events.log = [](const std::string&) { throw std::runtime_error("the log broke"); };
+    rig::remote::set_agent_events(std::move(events));
   }
   try {
     auto r = rig::remote::serve(*agent, kinds);

@@ -2,9 +2,9 @@
 //
 // Each HOST:PORT is where a rigd's --metrics listens. Reads each agent's /status (all at once,
 // each within status_timeout_ms) and prints one line per agent, in the order given: its address,
-// idle or serving job N for CONTROLLER since T (with the devices it opened there and the memory
-// it holds), its jobs so far, and the last job's outcome and
-// root cause. An agent that cannot be read is a line saying why, and the exit status is 1. With
+// idle or serving job N for CONTROLLER since T (with the memory the job holds there), its kinds,
+// its devices (and how many the job holds), its jobs so far, and the last job's outcome and root
+// cause. An agent that cannot be read is a line saying why, and the exit status is 1. With
 // --json, one JSON array instead, an object per agent: {"agent": HOST:PORT, "status": {...}} as
 // rigd wrote it, or {"agent": ..., "error": WHY}. What an agent sends is printed escaped.
 #include <cstdio>
@@ -78,14 +78,29 @@ std::string line_of(const Answer& a) {
   if (text(s, "state") == "serving" && job != s.end() && job->is_object()) {
     line += "serving job " + std::to_string(number(*job, "number")) + " for " +
             text(*job, "controller") + " since " + text(*job, "since");
-    if (number(*job, "devices_open") >= 0) {
-      line += "  devices " + std::to_string(number(*job, "devices_open")) + "  memory " +
-              std::to_string(number(*job, "memory_bytes")) + " B";
+    if (number(*job, "memory_bytes") >= 0) {
+      line += "  memory " + std::to_string(number(*job, "memory_bytes")) + " B";
     }
   } else {
     line += "idle";
   }
   line += "  kinds " + text(s, "kinds") + "  arch " + text(s, "arch");
+  // The machine's devices as its daemon found them, and how many the job being served holds.
+  const auto devices = s.find("devices");
+  if (devices != s.end() && devices->is_array()) {
+    std::string names;
+    long long in_use = 0;
+    for (const auto& d : *devices) {
+      if (!d.is_object()) continue;
+      names += (names.empty() ? "" : ",") + text(d, "name");
+      const auto u = d.find("in_use");
+      if (u != d.end() && u->is_boolean() && u->get<bool>()) ++in_use;
+    }
+    line += "  devices " + (names.empty() ? std::string("none") : names);
+    if (text(s, "state") == "serving") line += " (" + std::to_string(in_use) + " in use)";
+  } else {
+    line += "  devices unknown yet";
+  }
   const auto jobs = s.find("jobs");
   if (jobs != s.end() && jobs->is_object()) {
     line += "  jobs " + std::to_string(number(*jobs, "started")) + " (" +

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "remote/io/counters.hpp"
 #include "remote/job/work_counters.hpp"
@@ -22,6 +23,9 @@ namespace rig::rigd {
 
 // The longest controller address kept: an IPv6 address in brackets and a port is 47 bytes.
 inline constexpr std::size_t job_page_address_bytes_max = 64;
+// The job's agents' names as kept, one per line: a job of a few dozen agents with short names;
+// past it the list ends with the last whole name that fits.
+inline constexpr std::size_t job_page_agents_bytes_max = 2048;
 
 // Owner: the daemon, which makes it in a memfd and clears it before each job process starts (none
 // runs then). Threads: the job process writes (its loop's thread and the agent log's callers); the
@@ -30,7 +34,10 @@ struct JobPage {
   // 1 once a controller has started a job (release: the fields below are written first).
   std::atomic<std::uint32_t> started{0};
   std::atomic<std::int64_t> started_unix_ms{0};
-  std::atomic<char> controller[job_page_address_bytes_max]{};
+  rig::remote::SharedText<job_page_address_bytes_max> controller;
+  // The job's agents as the controller named them (printable: no line break within a name), one
+  // per line; empty until the controller has named them.
+  rig::remote::SharedText<job_page_agents_bytes_max> agents;
   // What the job's connections carried (the job process hands these to the remote layer).
   rig::remote::ConnectionCounters connections;
   // What the job's work amounted to (likewise handed to the remote layer).
@@ -38,19 +45,27 @@ struct JobPage {
 
   // Called by the job process once, when a controller has started the job.
   void start(std::string_view controller_address, std::int64_t unix_ms) {
-    const std::size_t n = std::min(controller_address.size(), job_page_address_bytes_max - 1);
-    for (std::size_t i = 0; i < n; ++i) controller[i].store(controller_address[i]);
-    controller[n].store('\0');
+    controller.store(controller_address);
     started_unix_ms.store(unix_ms);
     started.store(1, std::memory_order_release);
   }
-  // The controller's address, once started.
-  std::string controller_address() const {
-    std::string out;
-    for (const auto& c : controller) {
-      const char ch = c.load();
-      if (ch == '\0') break;
-      out.push_back(ch);
+  // Called by the job process once the controller has named the job's agents.
+  void set_agents(const std::vector<std::string>& names) {
+    std::string lines;
+    for (const std::string& name : names) {
+      if (lines.size() + name.size() + 1 >= job_page_agents_bytes_max) break;
+      lines += name;
+      lines += '\n';
+    }
+    agents.store(lines);
+  }
+  // The agents' names, once named.
+  std::vector<std::string> agent_names() const {
+    std::vector<std::string> out;
+    const std::string lines = agents.load();
+    std::size_t from = 0;
+    for (std::size_t nl; (nl = lines.find('\n', from)) != std::string::npos; from = nl + 1) {
+      out.push_back(lines.substr(from, nl - from));
     }
     return out;
   }
@@ -58,24 +73,10 @@ struct JobPage {
   void clear() {
     started.store(0);
     started_unix_ms.store(0);
-    for (auto& c : controller) c.store('\0');
-    for (auto* r : {&connections.controller, &connections.agent}) {
-      r->sent_bytes.store(0);
-      r->received_bytes.store(0);
-      r->sent_messages.store(0);
-      r->received_messages.store(0);
-      r->last_received_ms.store(0);
-    }
-    for (auto* f : {&work.devices_open, &work.memory_bytes, &work.submissions, &work.copies,
-                    &work.copy_bytes, &work.rail_rounds_sent, &work.rail_bytes_sent,
-                    &work.rail_rounds_arrived, &work.rail_bytes_arrived}) {
-      f->store(0);
-    }
-    work.device_lost.store(0);
-    for (auto* f : {&connections.handshakes_wrong_key, &connections.handshakes_malformed,
-                    &connections.handshakes_timed_out, &connections.connections_refused}) {
-      f->store(0);
-    }
+    controller.clear();
+    agents.clear();
+    connections.clear();
+    work.clear();
   }
 };
 

@@ -60,6 +60,7 @@
 #include "remote/trust/key.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
+#include "rigd/device_probe.hpp"
 #include "rigd/job_page.hpp"
 #include "rigd/log.hpp"
 #include "rigd/metrics.hpp"
@@ -240,7 +241,8 @@ struct Options {
   int serve_fd = -1;
   int key_fd = -1;
   int losses_fd = -1;
-  int page_fd = -1;  // the daemon's JobPage, which a job process tells what it knows
+  int page_fd = -1;   // the daemon's JobPage, which a job process tells what it knows
+  int probe_fd = -1;  // the daemon's device probe: the lines go here (device_probe.hpp)
   std::uint64_t job = 0;
   int timing_divisor = 1;  // test-only: scales the liveness times down
 };
@@ -295,6 +297,8 @@ Options parse(int argc, char** argv) {
       o.key_fd = parse_fd(arg, value());
     } else if (arg == "--metrics-fd") {
       o.page_fd = parse_fd(arg, value());
+    } else if (arg == "--probe-devices") {
+      o.probe_fd = parse_fd(arg, value());
     } else if (arg == "--log-losses-fd") {
       o.losses_fd = parse_fd(arg, value());
     } else if (arg == "--job") {
@@ -313,6 +317,7 @@ Options parse(int argc, char** argv) {
       usage("unknown argument '" + arg + "'");
     }
   }
+  if (o.probe_fd >= 0) return o;  // needs only --kinds
   if (o.key_file.empty() && o.key_fd < 0) usage("--key FILE is required");
   if (o.port < 0) usage("--listen HOST:PORT is required");
   if (o.watch_stdin && (!o.once || o.key_file != "-")) {
@@ -425,16 +430,6 @@ rig::rigd::JobPage* join_page(int fd) {
   return p == MAP_FAILED ? nullptr : static_cast<rig::rigd::JobPage*>(p);
 }
 
-// The job's start, told to the page from the agent's line that logs it ("started by the
-// controller at ADDRESS, which names this agent NAME"): the only place the controller's address
-// reaches this process's code.
-void note_start(rig::rigd::JobPage* page, std::string_view line) {
-  constexpr std::string_view head = "started by the controller at ";
-  if (page == nullptr || !line.starts_with(head)) return;
-  line.remove_prefix(head.size());
-  page->start(line.substr(0, line.find(", which names this agent ")), rig::rigd::unix_ms_now());
-}
-
 // A job process: serve one job on the inherited socket, report its end on the report pipe, exit.
 // The daemon logs the end from the report; a job process run by hand, with no report pipe, logs
 // it itself.
@@ -458,12 +453,16 @@ int serve_one(const Options& o, const rig::remote::Key& key) {
     rig::remote::set_connection_counters(&page->connections);
     rig::remote::set_work_counters(&page->work);
   }
-  rig::remote::set_agent_log(
-      [page](const std::string& line) {
-        note_start(page, line);
-        log(line);
-      },
-      [] { signals.job_started.store(true); });
+  rig::remote::AgentEvents events;
+  events.log = [](const std::string& line) { log(line); };
+  events.started = [page](const std::string& controller_address) {
+    if (page != nullptr) page->start(controller_address, rig::rigd::unix_ms_now());
+    signals.job_started.store(true);
+  };
+  events.joined = [page](const std::vector<std::string>& agents) {
+    if (page != nullptr) page->set_agents(agents);
+  };
+  rig::remote::set_agent_events(std::move(events));
   auto agent = rig::remote::adopt_listener(key, o.serve_fd, o.port,
                                            rig::remote::address_text(o.host, o.port));
   try {
@@ -765,6 +764,7 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   signal(SIGPIPE, SIG_IGN);
+  if (o.probe_fd >= 0) return rig::rigd::probe_devices(o.kinds, o.probe_fd);
   if (o.timing_divisor > 1) {
     rig::remote::set_job_timing(rig::remote::Timing{}.scaled_down(o.timing_divisor));
   }
@@ -807,6 +807,7 @@ int main(int argc, char** argv) {
   // before anyone is told the agent listens; it serves until the daemon returns.
   std::unique_ptr<rig::rigd::Metrics> metrics;
   std::unique_ptr<rig::rigd::MetricsServer> server;
+  std::unique_ptr<rig::rigd::DeviceProbe> probe;  // ends before the metrics it tells
   int page_fd = -1;
   if (o.metrics_port >= 0) {
     auto page = share_page();
@@ -826,6 +827,8 @@ int main(int argc, char** argv) {
       return exit_failure;
     }
     server = std::move(*served);
+    // Answers /status's devices while the endpoint already serves.
+    probe = std::make_unique<rig::rigd::DeviceProbe>(o.kinds, *metrics);
   }
   const std::string listening = rig::remote::listening_line(o.host, port);
   std::printf("%s\n", listening.c_str());
@@ -841,7 +844,9 @@ int main(int argc, char** argv) {
 
   if (o.once) {
     if (o.watch_stdin) watch_stdin();
-    rig::remote::set_agent_log([](const std::string& line) { log("job: " + line); });
+    rig::remote::AgentEvents events;
+    events.log = [](const std::string& line) { log("job: " + line); };
+    rig::remote::set_agent_events(std::move(events));
     int status = exit_failure;
     std::string end = "job: interrupted";
     try {

@@ -180,7 +180,13 @@ void Metrics::job_process_ended(std::uint64_t job, std::string_view report,
   }
   ++jobs_ended_;
   last_ = std::move(last);
-  page_->clear();
+}
+
+void Metrics::devices_probed(std::vector<DeviceFact> devices, std::vector<std::string> problems) {
+  std::lock_guard lock(mu_);
+  probed_ = true;
+  devices_ = std::move(devices);
+  probe_problems_ = std::move(problems);
 }
 
 Metrics::Snapshot Metrics::snapshot() const {
@@ -191,8 +197,12 @@ Metrics::Snapshot Metrics::snapshot() const {
   s.serving = process_running_ && page_->started.load(std::memory_order_acquire) != 0;
   if (s.serving) {
     s.serving_since_unix_ms = page_->started_unix_ms.load();
-    s.controller = page_->controller_address();
+    s.controller = page_->controller.load();
+    s.agents = page_->agent_names();
   }
+  s.probed = probed_;
+  s.devices = devices_;
+  s.probe_problems = probe_problems_;
   s.processes_started = processes_started_;
   s.jobs_started = jobs_ended_ + (s.serving ? 1 : 0);
   s.closed = closed_;
@@ -205,6 +215,10 @@ Metrics::Snapshot Metrics::snapshot() const {
     add_work(*page_, s.work);
     s.devices_open = page_->work.devices_open.load(std::memory_order_relaxed);
     s.memory_bytes = page_->work.memory_bytes.load(std::memory_order_relaxed);
+    for (const auto& d : page_->work.devices) {
+      if (d.name.empty()) break;
+      s.device_memory.emplace_back(d.name.load(), d.memory_bytes.load(std::memory_order_relaxed));
+    }
     const auto roles = roles_of(*page_);
     for (std::size_t r = 0; r < roles.size(); ++r) {
       s.traffic[r].sent_bytes += roles[r]->sent_bytes.load(std::memory_order_relaxed);
@@ -345,8 +359,32 @@ std::string Metrics::status_json() const {
   }
   j["jobs"] = {{"started", s.jobs_started}, {"closed", s.closed}, {"failed", s.failed}};
   if (s.serving) {
+    j["job"]["agents"] = s.agents;
     j["job"]["devices_open"] = s.devices_open;
     j["job"]["memory_bytes"] = s.memory_bytes;
+  }
+  // This machine's devices, as the probe at the daemon's start found them, each with what the job
+  // being served holds of it; null until the probe has ended.
+  if (s.probed) {
+    j["devices"] = nlohmann::json::array();
+    for (const DeviceFact& d : s.devices) {
+      std::uint64_t memory = 0;
+      bool in_use = false;
+      for (const auto& [name, bytes] : s.device_memory) {
+        if (name == d.name) {
+          in_use = true;
+          memory = bytes;
+        }
+      }
+      j["devices"].push_back({{"name", d.name},
+                              {"arch", d.arch},
+                              {"budget_bytes", d.budget_bytes},
+                              {"in_use", in_use},
+                              {"memory_bytes", memory}});
+    }
+    j["device_problems"] = s.probe_problems;
+  } else {
+    j["devices"] = nullptr;
   }
   j["work"] = {{"submissions", s.work.submissions},
                {"copies", s.work.copies},

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "rigd/job_page.hpp"
 
@@ -50,6 +52,13 @@ struct AgentFacts {
   std::int64_t started_unix_ms = 0;
 };
 
+// One device of this machine as the daemon's probe found it (device_probe.hpp).
+struct DeviceFact {
+  std::string name;  // "SIM:0", "CUDA:3"
+  std::string arch;  // "sim", "sm_90"
+  std::uint64_t budget_bytes = 0;
+};
+
 // The state behind the endpoint. Owner: the daemon (main). Threads: the daemon's main thread
 // writes (job_process_started, job_process_ended); the metrics thread renders; one lock, held only
 // to copy or update a few fields, never across I/O. Lifetime: the daemon's; `page` outlives it.
@@ -63,6 +72,10 @@ class Metrics {
   // "failed CAUSE"), empty if it wrote none; `death` the cause to use when a job it started left
   // no report (how the process ended). A job process no controller came to is no job.
   void job_process_ended(std::uint64_t job, std::string_view report, std::string_view death);
+
+  // The probe of this machine's devices ended: what it found, and why a kind it could not open
+  // failed ("CUDA: ..."), in --kinds order.
+  void devices_probed(std::vector<DeviceFact> devices, std::vector<std::string> problems);
 
   std::string prometheus_text() const;
   std::string status_json() const;
@@ -104,6 +117,12 @@ class Metrics {
     Work work;
     std::uint64_t devices_open = 0;  // of the job being served
     std::uint64_t memory_bytes = 0;
+    std::vector<std::string> agents;  // likewise, once its controller named them
+    // The job's memory by device, for the devices it holds (the host's among them).
+    std::vector<std::pair<std::string, std::uint64_t>> device_memory;
+    bool probed = false;
+    std::vector<DeviceFact> devices;
+    std::vector<std::string> probe_problems;
   };
   Snapshot snapshot() const;
 
@@ -120,6 +139,9 @@ class Metrics {
   std::optional<Last> last_;
   std::array<Traffic, 2> ended_traffic_{};  // of the job processes that have ended
   Work ended_work_{};                       // likewise
+  bool probed_ = false;
+  std::vector<DeviceFact> devices_;
+  std::vector<std::string> probe_problems_;
 };
 
 // Milliseconds since the Unix epoch, now.

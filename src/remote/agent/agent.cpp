@@ -104,32 +104,28 @@ int listener_fd(const Agent& agent) {
 }
 
 namespace {
-std::mutex agent_log_mu;
-std::function<void(const std::string&)> agent_log;
-std::function<void()> agent_started;
+std::mutex agent_events_mu;
+AgentEvents agent_events;
 
-void log_line(const std::string& line) {
-  std::function<void(const std::string&)> f;
-  {
-    std::lock_guard lock(agent_log_mu);
-    f = agent_log;
-  }
-  if (f) f(line);
+// The caller's events as they are now (set_agent_events may run on another thread meanwhile).
+AgentEvents events() {
+  std::lock_guard lock(agent_events_mu);
+  return agent_events;
 }
-void job_started() {
-  std::function<void()> f;
-  {
-    std::lock_guard lock(agent_log_mu);
-    f = agent_started;
-  }
-  if (f) f();
+void log_line(const std::string& line) {
+  if (auto f = events().log) f(line);
+}
+void job_started(const std::string& controller_address) {
+  if (auto f = events().started) f(controller_address);
+}
+void job_joined(const std::vector<std::string>& agents) {
+  if (auto f = events().joined) f(agents);
 }
 }  // namespace
 
-void set_agent_log(std::function<void(const std::string&)> log, std::function<void()> started) {
-  std::lock_guard lock(agent_log_mu);
-  agent_log = std::move(log);
-  agent_started = std::move(started);
+void set_agent_events(AgentEvents e) {
+  std::lock_guard lock(agent_events_mu);
+  agent_events = std::move(e);
 }
 
 namespace {
@@ -200,7 +196,7 @@ Result<Unit> serve(Agent& a, const std::vector<std::pair<std::string, Opener>>& 
     AgentProtocol job(
         reactor, timing, s.key,
         {process_instance(), kinds, tcp_dialer(), log_line, [] { return break_requested(); },
-         rig::detail::host_isa_level(), rig::host().budget(), caller, 0, job_started});
+         rig::detail::host_isa_level(), rig::host().budget(), caller, 0, job_started, job_joined});
     const int listen_rc = job.listen(s.fd, s.where);
     s.fd = -1;  // the job owns the socket now and closes it when listening stops
     if (listen_rc != 0) {

@@ -354,7 +354,7 @@ void AgentWork::apply(Op& op) {
   if (const auto* l = std::get_if<Load>(&m)) return load(*l, op);
   if (const auto* f = std::get_if<Free>(&m)) {
     if (const Buffer* b = memory(f->memory, "FREE")) {
-      WorkCounters::take(&WorkCounters::memory_bytes, b->size());
+      WorkCounters::memory_freed(b->device().name(), b->size());
       memory_.erase(f->memory);
     }
     return;
@@ -422,7 +422,7 @@ void AgentWork::opened(const std::string& kind, std::optional<Result<std::vector
     const std::uint32_t id = next_device_++;
     devices_[id] = d;
     ids.push_back(id);
-    WorkCounters::add(&WorkCounters::devices_open, 1);
+    WorkCounters::device_opened(d.name());
     answer.devices.push_back({id, d.name(), d.arch(), d.budget()});
   }
   // Reach between the new devices and every device the job holds here, both ways.
@@ -464,7 +464,7 @@ void AgentWork::make(const Make& m) {
         if (!making->threw.empty()) return fail(making->threw);
         if (!making->buffer) return controller_->send(Made{0, making->short_of});
         const std::uint64_t id = next_memory_++;
-        WorkCounters::add(&WorkCounters::memory_bytes, making->buffer->size());
+        WorkCounters::memory_made(making->buffer->device().name(), making->buffer->size());
         memory_.emplace(id, std::move(*making->buffer));
         controller_->send(Made{id, ""});
       });

@@ -212,7 +212,7 @@ void AgentProtocol::proven(Connection& c) {
     c.tag = controller_tag;
     work_.set_controller(&c);
     controller_since_ms_ = reactor_.now_ms();
-    if (setup_.started) setup_.started();
+    if (setup_.started) setup_.started(c.peer_address());
     log("started by the controller at " + c.peer_address() + ", which names this agent " +
         printable(my_name_));
     return;
@@ -337,6 +337,11 @@ void AgentProtocol::on_join(const Join& join) {
   joined_ = true;
   join_ms_ = reactor_.now_ms();
   join_names_ = join.names;
+  if (setup_.joined) {
+    std::vector<std::string> shown;
+    for (const std::string& name : join.names) shown.push_back(printable(name));
+    setup_.joined(shown);
+  }
   my_name_ = join.you;
   links_expected_ = join.names.size() - 1;
   for (std::size_t i = me + 1; i < join.names.size(); ++i) {

@@ -57,9 +57,12 @@ class AgentProtocol final : public JobProtocol {
     std::optional<sigset_t> program_signals;
     // How many strangers may wait at once (0: strangers_cap of this process's descriptor limit).
     std::size_t strangers_max = 0;
-    // Called once a controller has proven the key, so that this agent serves its job (rigd's job
-    // process stops making way for a new key from then on); may be empty.
-    std::function<void()> started = nullptr;
+    // Called once a controller has proven the key, with its address, so that this agent serves
+    // its job (rigd's job process stops making way for a new key from then on); may be empty.
+    std::function<void(const std::string& controller_address)> started = nullptr;
+    // Called once the controller has named the job's agents (JOIN), with their names escaped
+    // (printable); may be empty.
+    std::function<void(const std::vector<std::string>& agents)> joined = nullptr;
   };
 
   AgentProtocol(Reactor& reactor, const Timing& timing, const Key& key, Setup setup);

@@ -2,16 +2,18 @@
 
 namespace rig::remote {
 
-namespace {
-std::atomic<ConnectionCounters*> counters{nullptr};
-}  // namespace
-
-void set_connection_counters(ConnectionCounters* c) noexcept {
-  counters.store(c, std::memory_order_release);
-}
-
-ConnectionCounters* connection_counters() noexcept {
-  return counters.load(std::memory_order_acquire);
+void ConnectionCounters::clear() noexcept {
+  for (Role* r : {&controller, &agent}) {
+    r->sent_bytes.store(0);
+    r->received_bytes.store(0);
+    r->sent_messages.store(0);
+    r->received_messages.store(0);
+    r->last_received_ms.store(0);
+  }
+  for (auto* f : {&handshakes_wrong_key, &handshakes_malformed, &handshakes_timed_out,
+                  &connections_refused}) {
+    f->store(0);
+  }
 }
 
 }  // namespace rig::remote

@@ -4,19 +4,36 @@
 // job process: its page of shared memory), as io/counters.hpp is for the job's connections.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
+
+#include "remote/io/counters.hpp"
 
 namespace rig::remote {
+
+// The devices of one job whose memory is counted one by one (the host and the devices it opened);
+// those past it count only in the totals. Names as the device gives them ("SIM:0", "CUDA:3").
+inline constexpr std::size_t work_devices_max = 32;
+inline constexpr std::size_t work_device_name_bytes = 32;
 
 // Every field is a lock-free atomic stored with relaxed order (a reader wants each value, not an
 // order between them), so that the loop never waits for a reader in another process.
 // Owner: whoever hands it to set_work_counters (it outlives the job). Threads: the loop writes;
 // any thread or process reads. Lifetime: the owner's.
 struct WorkCounters {
+  // One device the job holds on this machine, and the bytes of its buffers.
+  struct DeviceUse {
+    SharedText<work_device_name_bytes> name;  // empty: a slot not used yet
+    std::atomic<std::uint64_t> memory_bytes{0};
+  };
+
   // The job's state now.
-  std::atomic<std::uint64_t> devices_open{0};  // devices the job opened (the host not counted)
-  std::atomic<std::uint64_t> memory_bytes{0};  // bytes of the buffers the job holds
+  std::atomic<std::uint64_t> devices_open{0};       // devices the job opened (the host not counted)
+  std::atomic<std::uint64_t> memory_bytes{0};       // bytes of the buffers the job holds
+  std::array<DeviceUse, work_devices_max> devices;  // in the order first used
   // What the job did.
   std::atomic<std::uint64_t> submissions{0};
   std::atomic<std::uint64_t> copies{0};
@@ -28,13 +45,29 @@ struct WorkCounters {
   // 1 once the job failed because a device of it was lost (its cause is the device's own text).
   std::atomic<std::uint32_t> device_lost{0};
 
+  // Every count back to 0 and every slot free, by the owner while no process counts into it.
+  void clear() noexcept;
+
   // Adds `n` to `field`, if counting is on; the loop's one call per event.
   static void add(std::atomic<std::uint64_t> WorkCounters::*field, std::uint64_t n) noexcept;
   static void take(std::atomic<std::uint64_t> WorkCounters::*field, std::uint64_t n) noexcept;
+  // The job holds `device` (a slot is taken for it, if one is free), and `bytes` more or fewer of
+  // its memory; the totals likewise. Only the loop's thread calls these.
+  static void device_opened(std::string_view device) noexcept;
+  static void memory_made(std::string_view device, std::uint64_t bytes) noexcept;
+  static void memory_freed(std::string_view device, std::uint64_t bytes) noexcept;
+
+ private:
+  // The slot of `device`, taken if it has none and one is free; null if none is.
+  DeviceUse* slot(std::string_view device) noexcept;
 };
 
 // From now on this process's job counts into `counters` (null: no longer). Before the job starts.
-void set_work_counters(WorkCounters* counters) noexcept;
-WorkCounters* work_counters() noexcept;
+inline void set_work_counters(WorkCounters* counters) noexcept {
+  CountsAt<WorkCounters>::set(counters);
+}
+inline WorkCounters* work_counters() noexcept {
+  return CountsAt<WorkCounters>::get();
+}
 
 }  // namespace rig::remote
