@@ -202,10 +202,12 @@ std::string self_path() {
   return fs::read_symlink("/proc/self/exe").string();
 }
 
-// A peer (rigd or the echo peer) started on `cpu`, and the port it printed.
+// A peer (rigd or the echo peer) started on `cpu`, the port it printed, and for a rigd started
+// with --metrics the port its endpoint printed.
 struct Peer {
   Child child;
   int port = 0;
+  int metrics_port = 0;
 };
 
 Peer start_peer(const std::vector<std::string>& argv, int cpu, const std::string& log,
@@ -214,11 +216,18 @@ Peer start_peer(const std::vector<std::string>& argv, int cpu, const std::string
   if (!c) throw std::runtime_error(c.error());
   const auto line = c->line(peer_start_timeout_ms);
   const auto at = rig::remote::parse_listening_line(line.value_or(""));
-  if (!at) {
+  Peer peer{*c, at ? at->port : 0, 0};
+  if (at && std::find(argv.begin(), argv.end(), "--metrics") != argv.end()) {
+    const std::string m = c->line(peer_start_timeout_ms).value_or("");
+    auto mat = rig::remote::parse_address(m.starts_with("metrics ") ? m.substr(8) : "");
+    peer.metrics_port = mat ? mat->port : 0;
+  }
+  if (!at ||
+      (peer.metrics_port == 0 && std::find(argv.begin(), argv.end(), "--metrics") != argv.end())) {
     rig::bench::stop(*c, SIGKILL, peer_stop_ms);
     throw std::runtime_error(argv[0] + " did not start (its log: " + log + ")");
   }
-  return {*c, at->port};
+  return peer;
 }
 
 struct Placement {
@@ -493,11 +502,14 @@ int run(const Options& o) {
         peers.push_back(start_peer({self, "echo", "--listen", "127.0.0.1:0"}, p.agent_cpu,
                                    (scratch / "echo.log").string()));
         args["echo"] = nlohmann::json::array({"127.0.0.1", peers.back().port});
-        peers.push_back(start_peer(
-            {o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", agent_kinds},
-            p.agent_cpu, (scratch / "rigd.log").string(), {agent_poll_env}));
+        // The first agent serves its metrics, as an operator's would: rig.host.empty.flooded
+        // floods that endpoint.
+        peers.push_back(start_peer({o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds",
+                                    agent_kinds, "--metrics", "127.0.0.1:0"},
+                                   p.agent_cpu, (scratch / "rigd.log").string(), {agent_poll_env}));
         args["agents"] =
             nlohmann::json::array({nlohmann::json::array({"127.0.0.1", peers.back().port})});
+        args["agent_metrics_port"] = peers.back().metrics_port;
         peers.push_back(start_peer(
             {o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", agent_kinds},
             p.agent_cpu, (scratch / "rigd-wakeup.log").string(), {agent_wakeup_env}));
@@ -608,6 +620,7 @@ int worker(const nlohmann::json& args) {
     ctx.rail_agent = rig::remote::Address(args["rail_agent"].at(0), args["rail_agent"].at(1));
   }
   ctx.only = args.value("only", std::vector<std::string>{});
+  ctx.agent_metrics_port = args.value("agent_metrics_port", 0);
   const auto out = rig::bench::run_placement(ctx);
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -1,8 +1,15 @@
 #include "scenarios.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -302,6 +309,108 @@ nlohmann::json rig_host_threads2(Ctx& ctx) {
 
 nlohmann::json rig_host_threads4(Ctx& ctx) {
   return rig_host_threads(ctx, 4, "rig.host.empty.threads4");
+}
+
+// What floods an agent's metrics endpoint while a measurement runs: `clients` connections that
+// each send part of a request head (or bytes that are no head) and wait, as in the metrics
+// suite's hostile test; the endpoint keeps at most a few dozen and drops the oldest as new ones
+// come. Then, from a thread of this process, a scrape of /metrics and of /status every
+// flood_scrape_every_ms, as a too-eager scraper would. Owner: the scenario, on the worker's main
+// thread; the scraper thread ends in the destructor, which closes every socket.
+class MetricsFlood {
+ public:
+  MetricsFlood(int port, int clients) : port_(port) {
+    rlimit r{};
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+      r.rlim_cur = r.rlim_max;
+      (void)setrlimit(RLIMIT_NOFILE, &r);
+    }
+    for (int i = 0; i < clients; ++i) {
+      const int fd = dial();
+      if (fd < 0) break;
+      const std::string part = i % 3 == 0   ? std::string("GET /metr")
+                               : i % 3 == 1 ? std::string(4000, 'x')
+                                            : std::string();
+      if (!part.empty()) (void)::send(fd, part.data(), part.size(), MSG_NOSIGNAL);
+      slow_.push_back(fd);
+    }
+    scraper_ = std::thread([this] {
+      while (!stop_.load()) {
+        for (const char* path : {"/metrics", "/status"}) {
+          if (scrape(path)) scrapes_.fetch_add(1);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(flood_scrape_every_ms));
+      }
+    });
+  }
+  ~MetricsFlood() {
+    stop_.store(true);
+    scraper_.join();
+    for (int fd : slow_) ::close(fd);
+  }
+  MetricsFlood(const MetricsFlood&) = delete;
+  MetricsFlood& operator=(const MetricsFlood&) = delete;
+
+  std::size_t clients() const { return slow_.size(); }
+  std::uint64_t scrapes() const { return scrapes_.load(); }
+
+ private:
+  static constexpr int flood_scrape_every_ms = 10;
+  static constexpr int flood_io_timeout_ms = 2'000;
+
+  int dial() const {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const timeval tv{flood_io_timeout_ms / 1000, 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  // One whole answer to GET `path`: whether it began with a 200.
+  bool scrape(const char* path) const {
+    const int fd = dial();
+    if (fd < 0) return false;
+    const std::string request = std::string("GET ") + path + " HTTP/1.1\r\nHost: bench\r\n\r\n";
+    std::string got;
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+        static_cast<ssize_t>(request.size())) {
+      char buf[16384];
+      ssize_t n;
+      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return got.starts_with("HTTP/1.1 200 ");
+  }
+
+  const int port_;
+  std::vector<int> slow_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> scrapes_{0};
+  std::thread scraper_;
+};
+
+// rig.host.empty again, on the same agent, while its metrics endpoint is flooded: its ratio to
+// rig.host.empty (same placement, same run) is what hostile clients of the endpoint cost a job.
+nlohmann::json rig_host_empty_flooded(Ctx& ctx) {
+  if (ctx.agent_metrics_port == 0) {
+    return {{"skipped", "the first agent serves no metrics here (given hosts)"}};
+  }
+  constexpr int clients = 1000;
+  const rig::Device host = ctx.host();
+  MetricsFlood flood(ctx.agent_metrics_port, clients);
+  auto r = latency_json(
+      take(ctx.plan, ctx.plan.samples, ctx.plan.warmup, [&] { submit_empty_and_wait(host); }));
+  r["flood"] = {{"slow_clients", flood.clients()}, {"scrapes", flood.scrapes()}};
+  report_latency(ctx, "rig.host.empty.flooded", r);
+  return r;
 }
 
 nlohmann::json rig_host_pipeline(Ctx& ctx) {
@@ -788,6 +897,9 @@ constexpr Scenario table[] = {
      "tcp.pingpong.blocking", Where::placement, rig_host_threads2, ""},
     {"rig.host.empty.threads4", "submit-to-reached from 4 threads", "rig", "latency",
      "tcp.pingpong.blocking", Where::placement, rig_host_threads4, ""},
+    {"rig.host.empty.flooded",
+     "submit-to-reached while 1000 slow clients and a 10 ms scraper hit the agent's --metrics",
+     "rig", "latency", "rig.host.empty", Where::placement, rig_host_empty_flooded, ""},
     {"rig.host.pipeline", "empty submissions, pipelined", "rig", "ops", "tcp.pipeline",
      Where::placement, rig_host_pipeline, ""},
     {"rig.scale", "job start, idle CPU and controller memory against agents", "rig", "scale", "",

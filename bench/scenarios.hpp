@@ -51,6 +51,8 @@ struct Ctx {
   // given hosts, the second host, if there is one.
   std::optional<rig::remote::Address> rail_agent;
   std::string key_file;
+  // The first agent's --metrics endpoint on 127.0.0.1 (0: none, as with given hosts).
+  int agent_metrics_port = 0;
   // Scenario ids to run (--only); empty: all.
   std::vector<std::string> only;
   // For whole-run scenarios, run in the harness: how to start agents and workers.
