@@ -104,7 +104,17 @@ DeviceProbe::DeviceProbe(const std::string& kinds, Metrics& metrics) {
         {}, {std::string("the device probe could not start: eventfd: ") + std::strerror(errno)});
     return;
   }
-  thread_ = std::thread([this, kinds, &metrics] { run(kinds, metrics); });
+  thread_ = std::thread([this, kinds, &metrics] {
+    // Nothing may escape a thread: a failure here (out of memory) is /status's to show.
+    try {
+      run(kinds, metrics);
+    } catch (const std::exception& e) {
+      try {
+        metrics.devices_probed({}, {std::string("the device probe failed: ") + e.what()});
+      } catch (...) {
+      }
+    }
+  });
 }
 
 DeviceProbe::~DeviceProbe() {
@@ -149,7 +159,7 @@ void DeviceProbe::run(const std::string& kinds, Metrics& metrics) {
       if (l.problem) problems.push_back(std::move(*l.problem));
       pending.erase(0, nl + 1);
     }
-    // A line past the bound is cut: its rest is dropped up to its end.
+    // A line past the bound is dropped; what follows of it parses as no line and is dropped too.
     if (pending.size() > device_probe_line_bytes_max) pending.clear();
   };
   while (!ended) {
