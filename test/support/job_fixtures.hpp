@@ -91,6 +91,21 @@ inline int connect_loopback(int port, int receive_bytes = 0) {
   return s;
 }
 
+// Whether `text` is `address` as this process's jobs name it, then `rest`. A job names an
+// address HOST:PORT, and HOST:PORT#N once N jobs of the process have dialed it: an agent of a
+// test on port 0 may get a port an earlier test's agent had, and its name then carries a count.
+inline bool names_address(const std::string& text, const std::string& address,
+                          const std::string& rest) {
+  if (!text.starts_with(address)) return false;
+  std::size_t at = address.size();
+  if (at < text.size() && text[at] == '#') {
+    const std::size_t digits = ++at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9') ++at;
+    if (at == digits) return false;
+  }
+  return text.compare(at, std::string::npos, rest) == 0;
+}
+
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
