@@ -16,6 +16,8 @@
 //
 // --metrics serves the daemon's metrics over HTTP (metrics_server.hpp), from a thread of the
 // daemon: the job process only stores into a shared page (job_page.hpp), which the daemon reads.
+// The machine's devices in /status come from a child the daemon starts once (`--probe-devices`,
+// device_probe.hpp), so that the daemon itself opens no device.
 //
 // Every line goes to stderr through one sink that never blocks (log.hpp). Signals are taken by one
 // thread of each process (sigwaitinfo), blocked in every other from the start, so that none is
