@@ -10,10 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -91,6 +93,19 @@ inline int connect_loopback(int port, int receive_bytes = 0) {
   return s;
 }
 
+// Records that an agent of this test binary listens on loopback `port`; whether one did before.
+// A job names an address HOST:PORT#N once N jobs of the process have dialed it, so an agent on a
+// port an earlier agent had gets a name its test does not expect: FakeAgent takes another port
+// then. (A Rigd's port is its daemon's choice: recorded only.) Any thread.
+inline bool port_seen_before(int port) {
+  static std::mutex mu;
+  static std::vector<int> seen;
+  std::lock_guard lock(mu);
+  if (std::find(seen.begin(), seen.end(), port) != seen.end()) return true;
+  seen.push_back(port);
+  return false;
+}
+
 // Whether `text` is `address` as this process's jobs name it, then `rest`. A job names an
 // address HOST:PORT, and HOST:PORT#N once N jobs of the process have dialed it: an agent of a
 // test on port 0 may get a port an earlier test's agent had, and its name then carries a count.
@@ -140,6 +155,7 @@ struct Rigd {
     REQUIRE(at->host == "127.0.0.1");
     port = at->port;
     REQUIRE(port > 0);
+    (void)port_seen_before(port);
   }
   ~Rigd() {
     p->signal(SIGTERM);

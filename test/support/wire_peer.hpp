@@ -38,15 +38,24 @@ struct FakeAgent {
   int fd = -1;
   int port = 0;
   FakeAgent() {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    // A port no agent of this binary had (port_seen_before says why): the ones the kernel repeats
+    // stay bound until a new one comes, so that it cannot hand them out again meanwhile.
+    std::vector<int> repeated;
+    for (;;) {
+      fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      REQUIRE(fd >= 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+      socklen_t len = sizeof a;
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+      port = ntohs(a.sin_port);
+      if (!port_seen_before(port) || repeated.size() >= 64) break;
+      repeated.push_back(fd);
+    }
+    for (const int r : repeated) ::close(r);
     REQUIRE(::listen(fd, 4) == 0);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
   }
   ~FakeAgent() { ::close(fd); }
   FakeAgent(const FakeAgent&) = delete;
