@@ -24,6 +24,7 @@
 
 #include "clock.hpp"
 #include "core/arch.hpp"
+#include "http_get.hpp"
 #include "process.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
@@ -365,29 +366,16 @@ class MetricsFlood {
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<std::uint16_t>(port_));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const timeval tv{flood_io_timeout_ms / 1000, 0};
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
       ::close(fd);
       return -1;
     }
     return fd;
   }
-  // One whole answer to GET `path`: whether it began with a 200.
+  // One whole answer to GET `path`: whether it was a 200.
   bool scrape(const char* path) const {
-    const int fd = dial();
-    if (fd < 0) return false;
-    const std::string request = std::string("GET ") + path + " HTTP/1.1\r\nHost: bench\r\n\r\n";
-    std::string got;
-    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-        static_cast<ssize_t>(request.size())) {
-      char buf[16384];
-      ssize_t n;
-      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<std::size_t>(n));
-    }
-    ::close(fd);
-    return got.starts_with("HTTP/1.1 200 ");
+    const auto r = rig::cli::http_get("127.0.0.1", port_, path, flood_io_timeout_ms);
+    return r && r->status == 200;
   }
 
   const int port_;

@@ -155,9 +155,9 @@ TEST_SUITE("metrics") {
     CHECK(d.device->arch == "sim");
     CHECK(d.device->budget_bytes == 1073741824);
     CHECK_FALSE(d.problem.has_value());
-    auto p = parse_probe_line("problem\tCUDA: this machine has none");
+    auto p = parse_probe_line("problem\tthis machine has no CUDA devices");
     REQUIRE(p.problem.has_value());
-    CHECK(*p.problem == "CUDA: this machine has none");
+    CHECK(*p.problem == "this machine has no CUDA devices");
     CHECK_FALSE(p.device.has_value());
     // Bytes that are not printable are escaped, whoever wrote them.
     CHECK(parse_probe_line("problem\tCUDA: \x1b[2J").problem == "CUDA: \\x1b[2J");
@@ -177,8 +177,8 @@ TEST_SUITE("metrics") {
     rig::rigd::Metrics metrics({}, &page);
     auto status = [&] { return nlohmann::json::parse(metrics.status_json()); };
     CHECK(status()["devices"].is_null());  // the probe has not ended
-    metrics.devices_probed({{"SIM:0", "sim", 1u << 30}, {"SIM:1", "sim", 2u << 30}},
-                           {"CUDA: this machine has none"});
+    metrics.devices_probed({{{"SIM:0", "sim", 1u << 30}, {"SIM:1", "sim", 2u << 30}},
+                            {"this machine has no CUDA devices"}});
     auto st = status();
     REQUIRE(st["devices"].size() == 2);
     CHECK(st["devices"][1] == nlohmann::json{{"name", "SIM:1"},
@@ -186,7 +186,7 @@ TEST_SUITE("metrics") {
                                              {"budget_bytes", 2u << 30},
                                              {"in_use", false},
                                              {"memory_bytes", 0}});
-    CHECK(st["device_problems"] == nlohmann::json{"CUDA: this machine has none"});
+    CHECK(st["device_problems"] == nlohmann::json{"this machine has no CUDA devices"});
 
     metrics.job_process_started(1);
     rig::remote::set_work_counters(&page.work);

@@ -467,6 +467,23 @@ TEST_SUITE("metrics") {
 }
 
 TEST_SUITE("metrics") {
+  TEST_CASE("/status names a kind of --kinds that has no devices, in the opener's words") {
+    const std::string key_file = make_key_file("metrics-no-cuda");
+    // A driver library that is not there: the CUDA kind opens no device, whatever the machine.
+    MetricsRigd a(
+        {"--key", key_file, "--kinds", "CPU,CUDA", "--cuda-lib", "/nonexistent/libcuda.so.1"});
+    auto st = status_of(a.metrics_port);
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (st["devices"].is_null() && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      st = status_of(a.metrics_port);
+    }
+    INFO(st.dump());
+    REQUIRE(st["devices"].size() == 1);
+    CHECK(st["devices"][0]["name"] == rig::host().name());
+    CHECK(st["device_problems"] == nlohmann::json{"this machine has no CUDA devices"});
+  }
+
   TEST_CASE("--metrics: a bad address or --once is a usage error (2); a port in use fails (1)") {
     const std::string key_file = make_key_file("metrics-usage");
     auto exit_of = [](RigdProcess& p) {

@@ -40,22 +40,13 @@ std::string field(std::string_view text) {
 
 }  // namespace
 
-int probe_devices(const std::string& kinds, int fd) {
-  std::size_t start = 0;
-  while (start <= kinds.size()) {
-    const std::size_t comma = kinds.find(',', start);
-    const std::string name =
-        kinds.substr(start, comma == std::string::npos ? comma : comma - start);
+int probe_devices(const std::vector<std::pair<std::string, rig::remote::Opener>>& kinds, int fd) {
+  for (const auto& [name, open] : kinds) {
     std::string lines;
     try {
-      const auto kind = rig::kind_from_name(name);
-      const auto devices = kind ? rig::open(*kind) : std::vector<rig::Device>{};
-      if (!kind) {
-        lines = "problem\t" + field(name) + ": not a kind of device\n";
-      } else if (devices.empty()) {
-        lines = "problem\t" + field(name) + ": this machine has none\n";
-      }
-      for (const rig::Device& d : devices) {
+      auto devices = open();
+      if (!devices) lines = "problem\t" + field(devices.error()) + "\n";
+      for (const rig::Device& d : devices ? *devices : std::vector<rig::Device>{}) {
         lines += "device\t" + field(d.name()) + "\t" + field(d.arch()) + "\t" +
                  std::to_string(d.budget()) + "\n";
       }
@@ -63,8 +54,6 @@ int probe_devices(const std::string& kinds, int fd) {
       lines = "problem\t" + field(name) + ": " + field(e.what()) + "\n";
     }
     write_all(fd, lines);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return 0;
 }
@@ -101,7 +90,7 @@ DeviceProbe::DeviceProbe(const std::string& kinds, Metrics& metrics) {
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
   if (stop_fd_ < 0) {
     metrics.devices_probed(
-        {}, {std::string("the device probe could not start: eventfd: ") + std::strerror(errno)});
+        {{}, {std::string("the device probe could not start: eventfd: ") + std::strerror(errno)}});
     return;
   }
   thread_ = std::thread([this, kinds, &metrics] {
@@ -110,7 +99,7 @@ DeviceProbe::DeviceProbe(const std::string& kinds, Metrics& metrics) {
       run(kinds, metrics);
     } catch (const std::exception& e) {
       try {
-        metrics.devices_probed({}, {std::string("the device probe failed: ") + e.what()});
+        metrics.devices_probed({{}, {std::string("the device probe failed: ") + e.what()}});
       } catch (...) {
       }
     }
@@ -132,7 +121,7 @@ void DeviceProbe::run(const std::string& kinds, Metrics& metrics) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) {
     metrics.devices_probed(
-        {}, {std::string("the device probe could not start: pipe: ") + std::strerror(errno)});
+        {{}, {std::string("the device probe could not start: pipe: ") + std::strerror(errno)}});
     return;
   }
   rig::child::Spec spec;
@@ -146,7 +135,7 @@ void DeviceProbe::run(const std::string& kinds, Metrics& metrics) {
   ::close(out[1]);
   if (!pid) {
     ::close(out[0]);
-    metrics.devices_probed({}, {"the device probe could not start: " + pid.error()});
+    metrics.devices_probed({{}, {"the device probe could not start: " + pid.error()}});
     return;
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(device_probe_timeout_ms);
@@ -199,7 +188,7 @@ void DeviceProbe::run(const std::string& kinds, Metrics& metrics) {
                                        ? "signal " + std::to_string(WTERMSIG(status))
                                        : std::to_string(WEXITSTATUS(status))));
   }
-  metrics.devices_probed(std::move(devices), std::move(problems));
+  metrics.devices_probed({std::move(devices), std::move(problems)});
 }
 
 }  // namespace rig::rigd

@@ -11,8 +11,10 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "rig/remote.hpp"
 #include "rigd/metrics.hpp"
 
 namespace rig::rigd {
@@ -24,10 +26,11 @@ inline constexpr int device_probe_timeout_ms = 60'000;
 // kind could not be opened); longer ones are cut.
 inline constexpr std::size_t device_probe_line_bytes_max = 1024;
 
-// The child's side: opens every kind of `kinds` ("CPU,SIM") and writes its lines to `fd`:
-// "device\tNAME\tARCH\tBUDGET" for each device, "problem\tKIND: WHY" for a kind that has none or
-// could not be opened. 0 once written.
-int probe_devices(const std::string& kinds, int fd);
+// The child's side: opens every kind of `kinds` (rigd's openers of --kinds, in order) and writes
+// its lines to `fd`: "device\tNAME\tARCH\tBUDGET" for each device, "problem\tWHY" for a kind that
+// has none or could not be opened (the opener's text: "this machine has no CUDA devices"). 0 once
+// written.
+int probe_devices(const std::vector<std::pair<std::string, rig::remote::Opener>>& kinds, int fd);
 
 // One line of the probe, read by the daemon: a device, a problem, or nothing if it is neither.
 struct ProbeLine {

@@ -766,7 +766,7 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   signal(SIGPIPE, SIG_IGN);
-  if (o.probe_fd >= 0) return rig::rigd::probe_devices(o.kinds, o.probe_fd);
+  if (o.probe_fd >= 0) return rig::rigd::probe_devices(openers(o.kinds), o.probe_fd);
   if (o.timing_divisor > 1) {
     rig::remote::set_job_timing(rig::remote::Timing{}.scaled_down(o.timing_divisor));
   }

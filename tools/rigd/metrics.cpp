@@ -182,11 +182,9 @@ void Metrics::job_process_ended(std::uint64_t job, std::string_view report,
   last_ = std::move(last);
 }
 
-void Metrics::devices_probed(std::vector<DeviceFact> devices, std::vector<std::string> problems) {
+void Metrics::devices_probed(ProbedDevices probed) {
   std::lock_guard lock(mu_);
-  probed_ = true;
-  devices_ = std::move(devices);
-  probe_problems_ = std::move(problems);
+  probed_ = std::move(probed);
 }
 
 Metrics::Snapshot Metrics::snapshot() const {
@@ -201,8 +199,6 @@ Metrics::Snapshot Metrics::snapshot() const {
     s.agents = page_->agent_names();
   }
   s.probed = probed_;
-  s.devices = devices_;
-  s.probe_problems = probe_problems_;
   s.processes_started = processes_started_;
   s.jobs_started = jobs_ended_ + (s.serving ? 1 : 0);
   s.closed = closed_;
@@ -367,13 +363,14 @@ std::string Metrics::status_json() const {
   // being served holds of it; null until the probe has ended.
   if (s.probed) {
     j["devices"] = nlohmann::json::array();
-    for (const DeviceFact& d : s.devices) {
+    for (const DeviceFact& d : s.probed->devices) {
       std::uint64_t memory = 0;
       bool in_use = false;
       for (const auto& [name, bytes] : s.device_memory) {
         if (name == d.name) {
           in_use = true;
           memory = bytes;
+          break;
         }
       }
       j["devices"].push_back({{"name", d.name},
@@ -382,7 +379,7 @@ std::string Metrics::status_json() const {
                               {"in_use", in_use},
                               {"memory_bytes", memory}});
     }
-    j["device_problems"] = s.probe_problems;
+    j["device_problems"] = s.probed->problems;
   } else {
     j["devices"] = nullptr;
   }

@@ -59,6 +59,13 @@ struct DeviceFact {
   std::uint64_t budget_bytes = 0;
 };
 
+// What the probe of this machine's devices found: its devices, and why a kind it could not open
+// failed, in --kinds order.
+struct ProbedDevices {
+  std::vector<DeviceFact> devices;
+  std::vector<std::string> problems;
+};
+
 // The state behind the endpoint. Owner: the daemon (main). Threads: the daemon's main thread
 // writes (job_process_started, job_process_ended); the metrics thread renders; one lock, held only
 // to copy or update a few fields, never across I/O. Lifetime: the daemon's; `page` outlives it.
@@ -73,9 +80,8 @@ class Metrics {
   // no report (how the process ended). A job process no controller came to is no job.
   void job_process_ended(std::uint64_t job, std::string_view report, std::string_view death);
 
-  // The probe of this machine's devices ended: what it found, and why a kind it could not open
-  // failed ("CUDA: ..."), in --kinds order.
-  void devices_probed(std::vector<DeviceFact> devices, std::vector<std::string> problems);
+  // The probe of this machine's devices ended with what it found.
+  void devices_probed(ProbedDevices probed);
 
   std::string prometheus_text() const;
   std::string status_json() const;
@@ -120,9 +126,7 @@ class Metrics {
     std::vector<std::string> agents;  // likewise, once its controller named them
     // The job's memory by device, for the devices it holds (the host's among them).
     std::vector<std::pair<std::string, std::uint64_t>> device_memory;
-    bool probed = false;
-    std::vector<DeviceFact> devices;
-    std::vector<std::string> probe_problems;
+    std::optional<ProbedDevices> probed;  // none until the probe has ended
   };
   Snapshot snapshot() const;
 
@@ -139,9 +143,7 @@ class Metrics {
   std::optional<Last> last_;
   std::array<Traffic, 2> ended_traffic_{};  // of the job processes that have ended
   Work ended_work_{};                       // likewise
-  bool probed_ = false;
-  std::vector<DeviceFact> devices_;
-  std::vector<std::string> probe_problems_;
+  std::optional<ProbedDevices> probed_;
 };
 
 // Milliseconds since the Unix epoch, now.
