@@ -146,6 +146,70 @@ TEST_CASE(
   job.close();
 }
 
+TEST_CASE(
+    "copies from the controller's memory land in part order, after the work before them, whether "
+    "their bytes come before their turn or after") {
+  // Each SIM operation takes 200 ms: a SUBMIT behind a slow one has all its bytes before its turn;
+  // one alone is placed as its bytes come (straight into a host buffer, through pieces handed one
+  // by one into a SIM buffer). Both must leave the same bytes.
+  const auto key = rig::test::make_key_file("proxy-placed");
+  Rigd a(key, {}, {"RIG_SIM_LATENCY_US=200000"});
+  auto job = rig::test::start_job(key, {&a});
+  const rig::Device sim = sims(job, 0)[0];
+  const rig::Device remote_host = job.hosts()[0];
+  auto image = rig::load(sim, rig::test::test_kernels());
+  REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
+  // Several of the agent's 4 MiB pieces, and a tail; a quarter of that under the sanitizers.
+  const std::size_t n = sanitized ? (std::size_t{2} << 20) + 3 : (std::size_t{9} << 20) + 3;
+  const std::size_t words = n / 4;
+  auto fill = [&](const rig::Buffer& b, std::uint32_t value) {
+    return rig::Part{rig::Run{*image,
+                              "fill_u32",
+                              rig::Shape::linear(1),
+                              {rig::Arg::out(b), rig::Arg::word(words), rig::Arg::word(value)}}};
+  };
+  std::uint32_t seed = 100;
+  for (bool behind_work : {false, true}) {
+    CAPTURE(behind_work);
+    auto on_host = rig::Buffer::make(remote_host, 2 * n);
+    auto on_sim = rig::Buffer::make(sim, n);
+    const auto p1 = pattern(n, seed++), p2 = pattern(n, seed++), p3 = pattern(n, seed++);
+    auto b1 = rig::Buffer::borrow(const_cast<std::uint8_t*>(p1.data()), n);
+    auto b2 = rig::Buffer::borrow(const_cast<std::uint8_t*>(p2.data()), n);
+    auto b3 = rig::Buffer::borrow(const_cast<std::uint8_t*>(p3.data()), n);
+    if (behind_work) {
+      // Slow work writes both destinations first: the copies must land after it.
+      const rig::Part fills[] = {fill(on_host, 7), fill(on_sim, 7)};
+      rig::submit(sim, fills);
+    }
+    // One SUBMIT: two copies into one host buffer that overlap (the later one's bytes win), one
+    // into SIM memory, then a run that writes over the start of what that copy placed.
+    rig::Copy c1{on_host, 0, b1, 0, n}, c2{on_host, n / 2, b2, 0, n}, c3{on_sim, 0, b3, 0, n};
+    const rig::Part parts[] = {
+        c1, c2, c3,
+        rig::Run{*image,
+                 "fill_u32",
+                 rig::Shape::linear(1),
+                 {rig::Arg::out(on_sim), rig::Arg::word(16), rig::Arg::word(9)}}};
+    rig::submit(sim, parts);
+    std::vector<std::uint8_t> host_out(2 * n, 0xA5), sim_out(n, 0xA5);
+    rig::copy(rig::Buffer::borrow(host_out.data(), 2 * n), on_host);
+    rig::copy(rig::Buffer::borrow(sim_out.data(), n), on_sim).wait();
+    // The copies decide every byte of the host buffer up to 1.5 n (the fill, which they follow,
+    // wrote only below n).
+    std::vector<std::uint8_t> host_model(n / 2 + n), sim_model = p3;
+    std::memcpy(host_model.data(), p1.data(), n);
+    std::memcpy(host_model.data() + n / 2, p2.data(), n);
+    const std::uint32_t nine = 9;
+    for (std::size_t i = 0; i < 16; ++i) std::memcpy(&sim_model[4 * i], &nine, 4);
+    host_out.resize(n / 2 + n);
+    CHECK(host_out == host_model);
+    CHECK(sim_out == sim_model);
+  }
+  CHECK_FALSE(job.failed());
+  job.close();
+}
+
 namespace {
 
 // One thread's share of the randomized test: its own buffers on every device of the job, and the

@@ -204,7 +204,11 @@ void AgentWork::message(Message&& m) {
     // until the submission's turn (earlier work may still use the destination).
     for (const WirePart& p : s->parts) {
       if (p.kind != WirePart::copy || p.src != 0 || p.bytes == 0) continue;
-      op.staged.push_back(Staged{p.bytes, 0, {}, 0});
+      Staged staged;
+      staged.bytes = p.bytes;
+      staged.dst = p.dst;
+      staged.dst_offset = p.dst_offset;
+      op.staged.push_back(std::move(staged));
     }
   } else if (const auto* l = std::get_if<Load>(&m)) {
     if (l->bytes > program_bytes_max) {
@@ -219,10 +223,19 @@ void AgentWork::message(Message&& m) {
   pump();
 }
 
-std::optional<std::string> AgentWork::room_for_bytes(Staged& s) {
+std::optional<std::string> AgentWork::room_for_bytes(Op& op, Staged& s) {
   if (!s.pieces.empty() && s.last_filled < s.pieces.back().second) return std::nullopt;
-  const std::uint64_t piece = std::min<std::uint64_t>(
+  std::uint64_t piece = std::min<std::uint64_t>(
       s.bytes - s.received, std::max<std::uint64_t>(staging_piece_bytes_min, s.received));
+  if (op.early) {
+    piece = std::min<std::uint64_t>(s.bytes - s.received, staging_piece_bytes_early);
+    // Pieces whose copies are done serve again (a copy of a gigabyte cycles through a few).
+    const Device& d = devices_[std::get<Submit>(op.message).device];
+    while (!op.handed.empty() && d.reached() >= op.handed.front().first) {
+      staging_->give_back(std::move(op.handed.front().second));
+      op.handed.pop_front();
+    }
+  }
   try {
     s.pieces.emplace_back(staging_->take(static_cast<std::size_t>(piece)),
                           static_cast<std::size_t>(piece));
@@ -233,14 +246,77 @@ std::optional<std::string> AgentWork::room_for_bytes(Staged& s) {
   return std::nullopt;
 }
 
+void AgentWork::place_early(Op& op) {
+  const auto* m = std::get_if<Submit>(&op.message);
+  if (m == nullptr || queue_.size() != 1 || &queue_.front() != &op || running_ || then_ ||
+      rails_.holds(op.message)) {
+    return;
+  }
+  const auto d = devices_.find(m->device);
+  if (d == devices_.end() || rig::failure(d->second) || !rig::reaches(d->second, rig::host())) {
+    return;
+  }
+  // Anything the copies' turn could refuse is left to it (rig::submit says why, in its words).
+  bool other_part = false;
+  for (const WirePart& p : m->parts) {
+    if (p.kind == WirePart::copy && p.bytes == 0) continue;
+    if (p.kind != WirePart::copy || p.src != 0) {
+      other_part = true;
+      continue;
+    }
+    if (other_part || p.dst == 0) return;
+    const auto b = memory_.find(p.dst);
+    if (b == memory_.end() || p.dst_offset > b->second.size() ||
+        p.bytes > b->second.size() - p.dst_offset) {
+      return;
+    }
+    const Device& owner = b->second.device();
+    if (rig::failure(owner) || (owner != d->second && !rig::reaches(d->second, owner))) return;
+  }
+  op.early = true;
+  for (Staged& s : op.staged) {
+    const Buffer& b = memory_.at(s.dst);
+    if (b.device() != rig::host()) continue;
+    // The work before has run, so access() returns at once (it would wait, on the loop, for work
+    // that used the buffer: the reason for the checks above, not for the order, which it keeps).
+    s.direct = b.access().subspan(static_cast<std::size_t>(s.dst_offset),
+                                  static_cast<std::size_t>(s.bytes));
+  }
+}
+
+void AgentWork::hand_piece(Op& op, Staged& s) {
+  auto [piece, length] = std::move(s.pieces.back());
+  s.pieces.pop_back();
+  s.last_filled = 0;
+  const auto& m = std::get<Submit>(op.message);
+  Copy one;
+  one.src = piece;
+  one.dst = memory_.at(s.dst);
+  one.dst_offset = static_cast<std::size_t>(s.dst_offset + s.handed);
+  one.bytes = length;
+  s.handed += length;
+  try {
+    const Part part{std::move(one)};
+    op.early_value = rig::submit(devices_[m.device], std::span<const Part>(&part, 1));
+  } catch (const std::exception& e) {
+    return fail(e.what());  // as the SUBMIT's own turn would have
+  }
+  op.handed.emplace_back(op.early_value, std::move(piece));
+}
+
 std::span<std::uint8_t> AgentWork::payload_sink(std::size_t bytes) {
   if (shut_ || !receiving_) return {};
   Op& op = queue_.back();
   // A program's piece is made only once its bytes are here: no sink for it.
   if (op.complete() || op.program_due > 0) return {};
+  if (!op.early && op.staging == 0 && op.staged.front().received == 0) place_early(op);
   Staged& s = op.staged[op.staging];
+  if (!s.direct.empty()) {
+    if (s.bytes - s.received < bytes) return {};  // runs across copies: payload()
+    return {reinterpret_cast<std::uint8_t*>(s.direct.data()) + s.received, bytes};
+  }
   // A piece that cannot be taken now fails the job from payload(), which tries again.
-  if (room_for_bytes(s)) return {};
+  if (room_for_bytes(op, s)) return {};
   auto& [buffer, length] = s.pieces.back();
   if (length - s.last_filled < bytes) return {};  // runs across pieces or copies: payload()
   return {reinterpret_cast<std::uint8_t*>(buffer.access().data()) + s.last_filled, bytes};
@@ -269,8 +345,21 @@ void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
       return fail("controller: malformed message: PAYLOAD beyond the bytes of its " +
                   std::string(name_of(op.message)));
     }
+    if (!op.early && op.staging == 0 && op.staged.front().received == 0) place_early(op);
     Staged& s = op.staged[op.staging];
-    if (auto why = room_for_bytes(s)) return fail(*why);
+    if (!s.direct.empty()) {
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(bytes, s.bytes - s.received));
+      if (from != nullptr) {
+        std::memcpy(s.direct.data() + s.received, from, n);
+        from += n;
+      }
+      bytes -= n;
+      s.received += n;
+      if (s.received == s.bytes) ++op.staging;
+      continue;
+    }
+    if (auto why = room_for_bytes(op, s)) return fail(*why);
     auto& [buffer, length] = s.pieces.back();
     const std::size_t n = std::min(bytes, length - s.last_filled);
     if (from != nullptr) {
@@ -281,6 +370,10 @@ void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
     s.last_filled += n;
     s.received += n;
     if (s.received == s.bytes) ++op.staging;
+    if (op.early && s.last_filled == length) {
+      hand_piece(op, s);
+      if (shut_) return;
+    }
   }
   if (op.complete()) {
     receiving_ = false;
@@ -531,8 +624,10 @@ void AgentWork::submit(const Submit& m, Op& op) {
         // copy of the whole is made first (a second pass over gigabytes, and fresh pages).
         Buffer* b = memory(p.dst, "SUBMIT");
         if (b == nullptr) return;
-        std::size_t at = static_cast<std::size_t>(p.dst_offset);
-        for (auto& [piece, length] : op.staged[staged++].pieces) {
+        // What came before its turn is in place already (place_early): only the rest is copied.
+        Staged& s = op.staged[staged++];
+        std::size_t at = static_cast<std::size_t>(p.dst_offset + s.handed);
+        for (auto& [piece, length] : s.pieces) {
           Copy one;
           one.src = piece;
           one.dst = *b;
@@ -604,29 +699,40 @@ void AgentWork::submit(const Submit& m, Op& op) {
     }
     parts.emplace_back(std::move(r));
   }
-  if (parts.empty()) {
-    // Nothing to run: every earlier message's work is done, so the value is reached now. A batch
-    // of such messages read at once is answered in one write (send_soon).
+  const bool placed = op.early;
+  if (parts.empty() && op.early_value == 0) {
+    // Nothing to run (or only bytes read into place): every earlier message's work is done, so
+    // the value is reached now. A batch of such messages read at once is answered in one write
+    // (send_soon).
+    if (placed) count_submission(m);
     controller_->send_soon(Reached{m.device, m.value});
     return;
   }
-  try {
-    run.local_value = rig::submit(*d, parts);
-  } catch (const std::exception& e) {
-    return fail(e.what());  // refused by this machine's rig, out of memory, or a lost device
+  run.local_value = op.early_value;
+  if (!parts.empty()) {
+    try {
+      run.local_value = rig::submit(*d, parts);
+    } catch (const std::exception& e) {
+      return fail(e.what());  // refused by this machine's rig, out of memory, or a lost device
+    }
   }
+  count_submission(m);
+  for (Staged& st : op.staged) {
+    for (auto& piece : st.pieces) run.staged.push_back(std::move(piece.first));
+  }
+  for (auto& handed : op.handed) run.staged.push_back(std::move(handed.second));
+  running_ = std::move(run);
+  check_running();
+  if (running_) watch();
+}
+
+void AgentWork::count_submission(const Submit& m) {
   WorkCounters::add(&WorkCounters::submissions, 1);
   for (const WirePart& p : m.parts) {
     if (p.kind != WirePart::copy || p.bytes == 0) continue;
     WorkCounters::add(&WorkCounters::copies, 1);
     WorkCounters::add(&WorkCounters::copy_bytes, p.bytes);
   }
-  for (Staged& st : op.staged) {
-    for (auto& piece : st.pieces) run.staged.push_back(std::move(piece.first));
-  }
-  running_ = std::move(run);
-  check_running();
-  if (running_) watch();
 }
 
 void AgentWork::watch() {

@@ -29,9 +29,14 @@ namespace rig::remote {
 // A copy from the controller's memory is staged as its bytes arrive, in pieces: the first of up to
 // this much, each later one as large as all that came before it. A SUBMIT's declared size thus
 // makes an agent take at most this much, or as much again as has come, ahead of the bytes. A copy
-// within the bound that flow control keeps in flight is one piece, as before; a larger one is
-// joined into one buffer off the loop once all of it has come.
+// within the bound that flow control keeps in flight is one piece; a larger one is copied piece by
+// piece to its place at its turn.
 inline constexpr std::size_t staging_piece_bytes_min = inflight_bytes_max;
+// A copy whose turn has come while its bytes still arrive (nothing before it is left to run, see
+// AgentWork::place_early) is staged in pieces of this size instead, each handed to the device as
+// soon as it is full: the device's copy of one piece runs while the next is received, and a
+// piece whose copy is done serves again for a later one.
+inline constexpr std::size_t staging_piece_bytes_early = 4 * MiB;
 
 struct Helper;
 
@@ -49,7 +54,8 @@ struct Helper;
 // relies on: work sent to a machine follows all work sent to it before), but for a rail's round:
 // once its RAIL_GO or RAIL_EXPECT applies, later messages go on beside it, unless they use its
 // memory (AgentRails::holds), which they wait for. Messages that arrive meanwhile wait in order;
-// bulk bytes are staged in this process's memory as they arrive.
+// bulk bytes are staged in this process's memory as they arrive, but for a SUBMIT whose turn has
+// come (place_early): its bytes go to their place as they arrive.
 // Host memory that bulk bytes pass through between the connection and a device, kept for the
 // next copies (see staging_cache_bytes_max). Owner: AgentWork, shared with the writes that still
 // send from its buffers. Threads: the loop. Lifetime: the job's, or its last such write's.
@@ -117,9 +123,15 @@ class AgentWork {
   // (staging_piece_bytes_min says how large): each a staging buffer and the copy's bytes it holds.
   struct Staged {
     std::uint64_t bytes = 0;  // the copy's, as the SUBMIT declares
+    std::uint64_t dst = 0;    // the destination's memory and offset there, as the SUBMIT says
+    std::uint64_t dst_offset = 0;
     std::uint64_t received = 0;
-    std::vector<std::pair<Buffer, std::size_t>> pieces;
-    std::size_t last_filled = 0;  // of the last piece
+    std::vector<std::pair<Buffer, std::size_t>> pieces;  // not yet handed to the device
+    std::size_t last_filled = 0;                         // of the last piece
+    std::uint64_t handed = 0;  // of the copy's bytes, those copied by pieces handed early
+    // Where the bytes are read to when they go straight to the destination (a host buffer of
+    // this machine, its copy's turn come): no staging at all.
+    std::span<std::byte> direct;
   };
   // A message waiting its turn, with the bytes staged for it.
   struct Op {
@@ -130,6 +142,10 @@ class AgentWork {
     // them at the size the LOAD declares (joined into one off the loop, at the load).
     std::vector<std::vector<std::byte>> program;
     std::uint64_t program_due = 0;  // the program's bytes still to come
+    // Placed early (place_early): the copies' bytes go to the device as they come.
+    bool early = false;
+    std::uint64_t early_value = 0;  // on the SUBMIT's device, of the last piece handed
+    std::deque<std::pair<std::uint64_t, Buffer>> handed;  // pieces handed, by their value
     bool complete() const { return staging == staged.size() && program_due == 0; }
   };
   // The submission whose work runs now.
@@ -157,9 +173,19 @@ class AgentWork {
   void make(const Make& m);
   void load(const Load& m, Op& op);
   void submit(const Submit& m, Op& op);
+  // The operator's counts of a SUBMIT whose work is on its way (or done, its bytes in place).
+  static void count_submission(const Submit& m);
   // A last piece with room for the staged copy's next bytes: the one there, or a new one; the
   // error's text if none can be taken.
-  std::optional<std::string> room_for_bytes(Staged& s);
+  std::optional<std::string> room_for_bytes(Op& op, Staged& s);
+  // Before the first of a SUBMIT's bytes: whether its copies from the controller may be placed
+  // as their bytes come, i.e. no work before them is left here (the SUBMIT is the only message
+  // waiting, nothing runs, no rail round holds it) and nothing of the SUBMIT comes before them.
+  // Then each goes straight into its destination if that is host memory of this machine, else
+  // through pieces handed to the device one by one (hand_piece).
+  void place_early(Op& op);
+  // The full last piece of `s` handed to the SUBMIT's device as a copy of its own.
+  void hand_piece(Op& op, Staged& s);
   void watch();
   void check_running();
   void finish_running();
