@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -205,6 +206,39 @@ TEST_CASE(
     host_out.resize(n / 2 + n);
     CHECK(host_out == host_model);
     CHECK(sim_out == sim_model);
+  }
+  CHECK_FALSE(job.failed());
+  job.close();
+}
+
+TEST_CASE("a copy from a remote host's memory sees none of the work submitted after it") {
+  // Its bytes are written to the socket from the agent's buffer itself: the work after it (a run
+  // on that host that overwrites the buffer) must wait until the write has read them all.
+  const auto key = rig::test::make_key_file("proxy-from-memory");
+  Rigd a(key);
+  auto job = rig::test::start_job(key, {&a});
+  const rig::Device remote_host = job.hosts()[0];
+  auto image = rig::load(remote_host, rig::test::test_kernels());
+  REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
+  const std::size_t n = sanitized ? std::size_t{8} << 20 : std::size_t{64} << 20;
+  auto there = rig::Buffer::make(remote_host, n);
+  for (std::uint32_t round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    const auto in = pattern(n, 300 + round);
+    rig::copy(there, rig::Buffer::borrow(const_cast<std::uint8_t*>(in.data()), n));
+    std::vector<std::uint8_t> first(n), second(n);
+    rig::copy(rig::Buffer::borrow(first.data(), n), there);
+    const rig::Part fill = rig::Run{
+        *image,
+        "fill_u32",
+        rig::Shape::linear(1),
+        {rig::Arg::out(there), rig::Arg::word(n / 4), rig::Arg::word(0x01010101u * (7 + round))}};
+    rig::submit(remote_host, fill);
+    rig::copy(rig::Buffer::borrow(second.data(), n), there).wait();
+    rig::Buffer::borrow(first.data(), n).access();
+    CHECK(first == in);
+    CHECK(std::all_of(second.begin(), second.end(),
+                      [&](std::uint8_t b) { return b == 0x07 + round; }));
   }
   CHECK_FALSE(job.failed());
   job.close();

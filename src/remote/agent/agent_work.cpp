@@ -103,6 +103,7 @@ AgentWork::AgentWork(Reactor& reactor, const std::vector<std::pair<std::string, 
 }
 
 AgentWork::~AgentWork() {
+  *self_ = nullptr;
   if (helper_) {
     std::lock_guard lock(helper_->mu);
     helper_->quit = true;
@@ -612,6 +613,9 @@ void AgentWork::submit(const Submit& m, Op& op) {
   std::vector<Part> parts;
   parts.reserve(m.parts.size());
   std::size_t staged = 0;
+  // A SUBMIT of nothing but copies into the controller's memory from host memory of this machine
+  // is written from where that memory lies (send_from_memory): no copy into staging first.
+  if (send_from_memory(m)) return;
   for (const WirePart& p : m.parts) {
     if (p.kind == WirePart::copy) {
       if (p.bytes == 0) continue;  // checked by the controller, nothing to move
@@ -726,6 +730,42 @@ void AgentWork::submit(const Submit& m, Op& op) {
   if (running_) watch();
 }
 
+bool AgentWork::send_from_memory(const Submit& m) {
+  const Device& d = devices_[m.device];
+  if (!rig::reaches(d, rig::host())) return false;
+  Bytes owned;
+  rig::detail::PoolVector<Connection::Piece> pieces;
+  for (const WirePart& p : m.parts) {
+    if (p.kind == WirePart::copy && p.bytes == 0) continue;
+    // Anything else, or anything the SUBMIT's own turn would refuse, takes that turn.
+    if (p.kind != WirePart::copy || p.dst != 0 || p.src == 0) return false;
+    const auto src = memory_.find(p.src);
+    if (src == memory_.end() || src->second.device() != rig::host() ||
+        p.src_offset > src->second.size() || p.bytes > src->second.size() - p.src_offset) {
+      return false;
+    }
+    // The work before has run (the SUBMIT's turn), so access() returns at once, with the bytes
+    // the copy would read.
+    const auto bytes = src->second.access().subspan(static_cast<std::size_t>(p.src_offset),
+                                                    static_cast<std::size_t>(p.bytes));
+    add_bulk_frames(owned, pieces, Data::type,
+                    {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
+  }
+  if (pieces.empty()) return false;
+  // Until the write is done its bytes are read from the job's memory: the work stays running, so
+  // that nothing later changes that memory meanwhile; REACHED follows at its end.
+  running_ = Running{d, 0, m.device, m.value, {}, {}};
+  running_->writes_from_memory = 1;
+  count_submission(m);
+  controller_->send_pieces(std::move(owned), pieces, [self = self_] {
+    AgentWork* work = *self;
+    if (work == nullptr || work->shut_ || !work->running_) return;
+    --work->running_->writes_from_memory;
+    work->check_running();
+  });
+  return true;
+}
+
 void AgentWork::count_submission(const Submit& m) {
   WorkCounters::add(&WorkCounters::submissions, 1);
   for (const WirePart& p : m.parts) {
@@ -783,7 +823,9 @@ void AgentWork::poll_running() {
 void AgentWork::check_running() {
   if (!running_ || shut_) return;
   if (auto why = rig::failure(running_->device)) return device_lost(*why);
-  if (running_->device.reached() >= running_->local_value) finish_running();
+  if (running_->writes_from_memory == 0 && running_->device.reached() >= running_->local_value) {
+    finish_running();
+  }
 }
 
 void AgentWork::finish_running() {

@@ -158,6 +158,9 @@ class AgentWork {
     // staging buffer may be larger than its copy).
     std::vector<std::pair<Buffer, std::size_t>> copies_back;
     std::vector<Buffer> staged;  // the controller's bytes this work copies from
+    // Writes of bytes for the controller's memory straight from host buffers of the job (copies at
+    // the head of the SUBMIT): until they are done, no later work may change those buffers.
+    std::size_t writes_from_memory = 0;
   };
 
   void pump();
@@ -173,6 +176,9 @@ class AgentWork {
   void make(const Make& m);
   void load(const Load& m, Op& op);
   void submit(const Submit& m, Op& op);
+  // Writes a SUBMIT of nothing but copies from host memory of this machine into the controller's
+  // straight from that memory, if it is one; the work runs until the write is done.
+  bool send_from_memory(const Submit& m);
   // The operator's counts of a SUBMIT whose work is on its way (or done, its bytes in place).
   static void count_submission(const Submit& m);
   // A last piece with room for the staged copy's next bytes: the one there, or a new one; the
@@ -231,6 +237,8 @@ class AgentWork {
   std::uint64_t next_memory_ = 1;
   std::uint64_t next_image_ = 1;
 
+  // What a write's completion reaches this work through: null once the work is gone.
+  std::shared_ptr<AgentWork*> self_ = std::make_shared<AgentWork*>(this);
   uv_idle_t idle_{};
   uv_async_t async_{};
   std::optional<sigset_t> program_signals_;
