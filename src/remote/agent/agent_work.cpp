@@ -735,6 +735,8 @@ bool AgentWork::send_from_memory(const Submit& m) {
   if (!rig::reaches(d, rig::host())) return false;
   Bytes owned;
   rig::detail::PoolVector<Connection::Piece> pieces;
+  std::vector<Buffer>
+      sources;  // held by the write: the job may end and free them before it is done
   for (const WirePart& p : m.parts) {
     if (p.kind == WirePart::copy && p.bytes == 0) continue;
     // Anything else, or anything the SUBMIT's own turn would refuse, takes that turn.
@@ -750,6 +752,7 @@ bool AgentWork::send_from_memory(const Submit& m) {
                                                     static_cast<std::size_t>(p.bytes));
     add_bulk_frames(owned, pieces, Data::type,
                     {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
+    sources.push_back(src->second);
   }
   if (pieces.empty()) return false;
   // Until the write is done its bytes are read from the job's memory: the work stays running, so
@@ -757,7 +760,7 @@ bool AgentWork::send_from_memory(const Submit& m) {
   running_ = Running{d, 0, m.device, m.value, {}, {}};
   running_->writes_from_memory = 1;
   count_submission(m);
-  controller_->send_pieces(std::move(owned), pieces, [self = self_] {
+  controller_->send_pieces(std::move(owned), pieces, [self = self_, sources = std::move(sources)] {
     AgentWork* work = *self;
     if (work == nullptr || work->shut_ || !work->running_) return;
     --work->running_->writes_from_memory;
