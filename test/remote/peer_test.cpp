@@ -1,7 +1,8 @@
 // A real rigd against a controller played by hand (wire_peer.hpp's FakeController) that holds the
 // key and misbehaves: names and reasons that would forge rigd's log lines, and a LOAD that
 // announces far more bytes than it sends. Liveness times are scaled down by 10 (1 s of silence,
-// a heartbeat every 100 ms), as in fault_test.cpp.
+// a heartbeat every 100 ms), as in fault_test.cpp. And one that times its bytes exactly: a copy's
+// first frame half sent when the work before it ends.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -18,6 +19,8 @@
 #include "remote/limits.hpp"
 #include "remote/wire/frame.hpp"
 #include "support/job_fixtures.hpp"
+#include "support/kernels.hpp"
+#include "support/pattern.hpp"
 #include "support/process.hpp"
 #include "support/wire_peer.hpp"
 
@@ -249,4 +252,71 @@ TEST_CASE("a copy larger than one staging piece arrives whole, both ways") {
   larger = rig::Buffer();
   job->close();
   CHECK_FALSE(job->failed().has_value());
+}
+
+TEST_CASE(
+    "a copy from the controller whose first frame is half in when the work before it ends lands "
+    "whole") {
+  // The agent looks once, at a SUBMIT's first byte, whether the copy may go straight to its place.
+  // Here it may not (a run is still going): the first frame's bytes go into staging as they come.
+  // The run ends before that frame is whole; those bytes, counted only then, must still be copied
+  // from staging, and the frames after them must not be overwritten by the rest of that piece.
+  const std::string key_file = make_key_file("peer-half-frame");
+  Rigd a(key_file);
+  FakeController c(a.port, load_key(key_file), "me");
+  c.start("me");
+  const std::size_t frame = std::size_t{1} << 20, bytes = 3 * frame;
+  const std::uint64_t m = rig::test::make_memory(c, bytes);
+  const std::uint64_t image = rig::test::load_program(c, rig::test::test_kernels_bytes());
+
+  rig::remote::WirePart nap;
+  nap.kind = rig::remote::WirePart::run;
+  nap.image = image;
+  nap.entry = "nap";
+  nap.args.push_back(rig::remote::WireArg{300'000, 0, 0, 0});  // 300 ms
+  rig::remote::Submit run{0, 1, {}};
+  run.parts.push_back(nap);
+  c.send(run);
+
+  rig::remote::WirePart in;
+  in.kind = rig::remote::WirePart::copy;
+  in.dst = m;
+  in.bytes = bytes;
+  rig::remote::Submit copy_in{0, 2, {}};
+  copy_in.parts.push_back(in);
+  c.send(copy_in);
+  const std::vector<std::uint8_t> sent = rig::test::pattern(bytes, 77);
+  const auto send_range = [&](std::size_t from, std::size_t n) {
+    rig::test::FakeAgent::send_all(
+        c.s, std::vector<std::uint8_t>(sent.begin() + from, sent.begin() + from + n));
+  };
+  // Half of the first frame while the run goes on, the rest once it has ended.
+  rig::test::FakeAgent::send_all(c.s, rig::test::bulk_header(rig::remote::Payload::type, frame));
+  send_range(0, frame / 2);
+  CHECK(rig::test::next_of<rig::remote::Reached>(c).value == 1);
+  send_range(frame / 2, frame - frame / 2);
+  for (std::size_t at = frame; at < bytes; at += frame) {
+    rig::test::FakeAgent::send_all(c.s, rig::test::bulk_header(rig::remote::Payload::type, frame));
+    send_range(at, frame);
+  }
+  CHECK(rig::test::next_of<rig::remote::Reached>(c).value == 2);
+
+  rig::remote::WirePart out;
+  out.kind = rig::remote::WirePart::copy;
+  out.src = m;
+  out.bytes = bytes;
+  rig::remote::Submit copy_out{0, 3, {}};
+  copy_out.parts.push_back(out);
+  c.send(copy_out);
+  const std::vector<std::uint8_t> got = rig::test::read_data(c, bytes);
+  REQUIRE(got.size() == bytes);
+  std::size_t first_wrong = bytes;
+  for (std::size_t i = 0; i < bytes; ++i) {
+    if (got[i] != sent[i]) {
+      first_wrong = i;
+      break;
+    }
+  }
+  CHECK_MESSAGE(first_wrong == bytes, "the first wrong byte is at " << first_wrong);
+  CHECK(rig::test::next_of<rig::remote::Reached>(c).value == 3);
 }

@@ -16,43 +16,32 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "core/arch.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/frame.hpp"
-#include "rig/program.hpp"
 #include "support/job_fixtures.hpp"
+#include "support/kernels.hpp"
 #include "support/process.hpp"
 #include "support/wire_peer.hpp"
 
 using namespace rig::remote;
 using rig::test::FakeController;
 using rig::test::load_key;
+using rig::test::load_program;
 using rig::test::make_key_file;
+using rig::test::make_memory;
+using rig::test::next_of;
 using rig::test::Rigd;
 
 namespace {
 
 Rigd scaled_rigd(const std::string& key_file) {
   return Rigd(key_file, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
-}
-
-// The next message of type M from the agent (skipping others but an ABORT, which fails the test).
-template <typename M>
-M next_of(FakeController& c) {
-  for (;;) {
-    auto m = c.next();
-    REQUIRE(m.has_value());
-    if (auto* abort = std::get_if<Abort>(&*m)) FAIL("the agent aborted: " << abort->reason);
-    if (auto* got = std::get_if<M>(&*m)) return *got;
-  }
 }
 
 // The reason of the agent's ABORT, skipping what comes before it; nothing if none came.
@@ -62,14 +51,6 @@ std::optional<std::string> abort_reason(FakeController& c) {
     if (!m) return std::nullopt;
     if (auto* abort = std::get_if<Abort>(&*m)) return abort->reason;
   }
-}
-
-// `bytes` of the agent's host memory: its id.
-std::uint64_t make_memory(FakeController& c, std::uint64_t bytes) {
-  c.send(Make{0, bytes});
-  const Made made = next_of<Made>(c);
-  REQUIRE_MESSAGE(made.memory != 0, made.why);
-  return made.memory;
 }
 
 // Rail `id` of one transfer between `bytes` of `memory` at the agent (as `role`) and this
@@ -114,19 +95,6 @@ bool gone(pid_t pid) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
-}
-
-// The test kernels as a rig.program's bytes, as test_kernels() makes them (support/kernels.hpp).
-std::vector<std::byte> kernels_program() {
-  const char* path = std::getenv("RIG_TEST_KERNELS");
-  REQUIRE(path != nullptr);
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> so((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  REQUIRE_FALSE(so.empty());
-  rig::TargetSpec t{rig::TargetFormat::host_elf, rig::detail::host_isa_level(), {}};
-  t.payload.resize(so.size());
-  std::memcpy(t.payload.data(), so.data(), so.size());
-  return rig::write_program(std::span<const rig::TargetSpec>(&t, 1));
 }
 
 }  // namespace
@@ -278,21 +246,10 @@ TEST_CASE("a SUBMIT whose run names a rail the job does not hold fails the job, 
   const std::uint64_t m = make_memory(c, 64);
   make_rail(c, 1, RailMake::source, m, 64);
   // The run needs an image the job holds: the test kernels, loaded by hand.
-  const auto bytes = kernels_program();
-  c.send(Load{0, bytes.size()});
-  std::vector<std::uint8_t> header(frame_header_bytes);
-  write_frame_header(std::span<std::uint8_t, frame_header_bytes>(header), Payload::type,
-                     bytes.size());
-  rig::test::FakeAgent::send_all(c.s, header);
-  rig::test::FakeAgent::send_all(
-      c.s, std::vector<std::uint8_t>(
-               reinterpret_cast<const std::uint8_t*>(bytes.data()),
-               reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size()));
-  const Loaded loaded = next_of<Loaded>(c);
-  REQUIRE_MESSAGE(loaded.image != 0, loaded.why);
+  const std::uint64_t image = load_program(c, rig::test::test_kernels_bytes());
   WirePart run;
   run.kind = WirePart::run;
-  run.image = loaded.image;
+  run.image = image;
   run.entry = "rail_pingpong";
   run.args.push_back(WireArg{0, 1, 0, WireArg::rail});  // held: its record's address
   run.args.push_back(WireArg{0, 7, 0, WireArg::rail});  // not held

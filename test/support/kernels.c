@@ -37,6 +37,14 @@ RIG_ENTRY hold(const rig_launch* l) {
   }
 }
 
+/* args: microseconds. Sleeps that long: work that keeps its device busy for a known time, ended by
+ * nothing the test must send (a test then acts while it runs, and again once it has ended). */
+RIG_ENTRY nap(const rig_launch* l) {
+  const uint64_t us = l->args[0];
+  const struct timespec t = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+  nanosleep(&t, NULL);
+}
+
 /* args: out (u32*). Writes the launch shape, so tests can see it arrive intact. */
 RIG_ENTRY shape(const rig_launch* l) {
   uint32_t* out = (uint32_t*)(uintptr_t)l->args[0];

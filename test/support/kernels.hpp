@@ -15,7 +15,8 @@
 
 namespace rig::test {
 
-inline Program test_kernels() {
+// The rig.program's bytes, as a controller played by hand LOADs them.
+inline std::vector<std::byte> test_kernels_bytes() {
   const char* path = std::getenv("RIG_TEST_KERNELS");
   if (path == nullptr)
     throw std::runtime_error("RIG_TEST_KERNELS is not set (run through meson test)");
@@ -25,7 +26,11 @@ inline Program test_kernels() {
   TargetSpec t{TargetFormat::host_elf, detail::host_isa_level(), {}};
   t.payload.resize(so.size());
   std::memcpy(t.payload.data(), so.data(), so.size());
-  auto program = Program::parse(write_program(std::span<const TargetSpec>(&t, 1)));
+  return write_program(std::span<const TargetSpec>(&t, 1));
+}
+
+inline Program test_kernels() {
+  auto program = Program::parse(test_kernels_bytes());
   if (!program) throw std::runtime_error(program.error());
   return *program;
 }

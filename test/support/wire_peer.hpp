@@ -153,6 +153,72 @@ struct FakeController {
   }
 };
 
+// The next message of type M from the agent, skipping others but an ABORT, which fails the test.
+template <typename M>
+M next_of(FakeController& c) {
+  for (;;) {
+    auto m = c.next();
+    REQUIRE(m.has_value());
+    if (auto* abort = std::get_if<rig::remote::Abort>(&*m))
+      FAIL("the agent aborted: " << abort->reason);
+    if (auto* got = std::get_if<M>(&*m)) return *got;
+  }
+}
+
+// `bytes` of the agent's host memory: its id.
+inline std::uint64_t make_memory(FakeController& c, std::uint64_t bytes) {
+  c.send(rig::remote::Make{0, bytes});
+  const rig::remote::Made made = next_of<rig::remote::Made>(c);
+  REQUIRE_MESSAGE(made.memory != 0, made.why);
+  return made.memory;
+}
+
+// A bulk frame's header: `bytes` of type `type` follow it.
+inline std::vector<std::uint8_t> bulk_header(std::uint8_t type, std::size_t bytes) {
+  std::vector<std::uint8_t> header(rig::remote::frame_header_bytes);
+  rig::remote::write_frame_header(std::span<std::uint8_t, rig::remote::frame_header_bytes>(header),
+                                  type, bytes);
+  return header;
+}
+
+// A program LOADed by hand, its bytes in one PAYLOAD: the image's id.
+inline std::uint64_t load_program(FakeController& c, const std::vector<std::byte>& program) {
+  c.send(rig::remote::Load{0, program.size()});
+  FakeAgent::send_all(c.s, bulk_header(rig::remote::Payload::type, program.size()));
+  const auto* at = reinterpret_cast<const std::uint8_t*>(program.data());
+  FakeAgent::send_all(c.s, std::vector<std::uint8_t>(at, at + program.size()));
+  const rig::remote::Loaded loaded = next_of<rig::remote::Loaded>(c);
+  REQUIRE_MESSAGE(loaded.image != 0, loaded.why);
+  return loaded.image;
+}
+
+// The bodies of the agent's next DATA frames, `bytes` in all (heartbeats skipped; any other frame
+// fails the test).
+inline std::vector<std::uint8_t> read_data(FakeController& c, std::size_t bytes) {
+  std::vector<std::uint8_t> out;
+  while (out.size() < bytes) {
+    auto f = c.d.next();
+    REQUIRE(f.ok());
+    if (f->has_value()) {
+      if ((*f)->type == rig::remote::Data::type) {
+        out.insert(out.end(), (*f)->body.begin(), (*f)->body.end());
+        continue;
+      }
+      auto m = rig::remote::decode(**f);
+      REQUIRE(m.ok());
+      if (std::holds_alternative<rig::remote::Heartbeat>(*m)) continue;
+      FAIL("a " << std::visit([](const auto& x) { return x.name; }, *m) << " where DATA was due");
+    }
+    pollfd p{c.s, POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 10'000) == 1);
+    std::uint8_t buf[64 * 1024];
+    const ssize_t n = ::read(c.s, buf, sizeof buf);
+    REQUIRE(n > 0);
+    c.d.feed({buf, static_cast<std::size_t>(n)});
+  }
+  return out;
+}
+
 // Reads frames from a raw socket until one of type `M` arrives (skipping heartbeats).
 template <typename M>
 bool read_until(int s, rig::remote::FrameDecoder& d) {

@@ -248,6 +248,9 @@ std::optional<std::string> AgentWork::room_for_bytes(Op& op, Staged& s) {
 }
 
 void AgentWork::place_early(Op& op) {
+  // Decided once, at the first byte: bytes a sink took into a staging piece before the op's turn
+  // came are counted only when their frame is whole, and must not then be taken as placed.
+  op.placing_decided = true;
   const auto* m = std::get_if<Submit>(&op.message);
   if (m == nullptr || queue_.size() != 1 || &queue_.front() != &op || running_ || then_ ||
       rails_.holds(op.message)) {
@@ -310,7 +313,7 @@ std::span<std::uint8_t> AgentWork::payload_sink(std::size_t bytes) {
   Op& op = queue_.back();
   // A program's piece is made only once its bytes are here: no sink for it.
   if (op.complete() || op.program_due > 0) return {};
-  if (!op.early && op.staging == 0 && op.staged.front().received == 0) place_early(op);
+  if (!op.placing_decided) place_early(op);
   Staged& s = op.staged[op.staging];
   if (!s.direct.empty()) {
     if (s.bytes - s.received < bytes) return {};  // runs across copies: payload()
@@ -346,7 +349,7 @@ void AgentWork::payload(std::size_t bytes, const std::uint8_t* from) {
       return fail("controller: malformed message: PAYLOAD beyond the bytes of its " +
                   std::string(name_of(op.message)));
     }
-    if (!op.early && op.staging == 0 && op.staged.front().received == 0) place_early(op);
+    if (!op.placing_decided) place_early(op);
     Staged& s = op.staged[op.staging];
     if (!s.direct.empty()) {
       const std::size_t n =

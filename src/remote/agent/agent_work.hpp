@@ -142,7 +142,9 @@ class AgentWork {
     // them at the size the LOAD declares (joined into one off the loop, at the load).
     std::vector<std::vector<std::byte>> program;
     std::uint64_t program_due = 0;  // the program's bytes still to come
-    // Placed early (place_early): the copies' bytes go to the device as they come.
+    // Placed early (place_early, which looks once, at the op's first byte): the copies' bytes go
+    // to the device as they come.
+    bool placing_decided = false;
     bool early = false;
     std::uint64_t early_value = 0;  // on the SUBMIT's device, of the last piece handed
     std::deque<std::pair<std::uint64_t, Buffer>> handed;  // pieces handed, by their value
