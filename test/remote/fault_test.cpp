@@ -445,18 +445,19 @@ TEST_CASE("an abort still arrives when the agent fails with bytes unread on both
   send_message(s, rig::remote::Join{"A", {"A"}, {a.name()}});
   rig::remote::FrameDecoder d;
   REQUIRE(read_until<rig::remote::Ready>(s, d));
-  // From here this end reads nothing for a while. Empty submissions to the host, each answered by a
-  // REACHED that backs up behind our small window into the agent's queue; then a frame of an
-  // unknown type, which fails the agent's job; then bytes the agent has still not read when it
-  // fails.
+  // From here this end reads nothing for a while. Empty submissions to the host, answered by
+  // REACHEDs that back up behind our small window into the agent's queue (sent one at a time, a
+  // moment apart, so that the agent reads them apart: a burst read at once is answered by one
+  // REACHED); then a frame of an unknown type, which fails the agent's job; then bytes the agent
+  // has still not read when it fails.
   constexpr long marks = 20'000;
-  std::vector<std::uint8_t> burst;
   for (long i = 0; i < marks; ++i) {
-    rig::remote::encode(rig::remote::Submit{0, std::uint64_t(i + 1), {}}, burst);
+    std::vector<std::uint8_t> one;
+    rig::remote::encode(rig::remote::Submit{0, std::uint64_t(i + 1), {}}, one);
+    FakeAgent::send_all(s, one);
+    if (i % 4 == 3) std::this_thread::sleep_for(20us);
   }
-  const std::vector<std::uint8_t> bad = {2, 0, 0, 0, 0x7f, 0};
-  burst.insert(burst.end(), bad.begin(), bad.end());
-  FakeAgent::send_all(s, burst);
+  FakeAgent::send_all(s, {2, 0, 0, 0, 0x7f, 0});
   std::vector<std::uint8_t> after;
   for (int i = 0; i < 20'000; ++i) rig::remote::encode(rig::remote::Heartbeat{}, after);
   // Best effort: an agent that wrongly closed at once has reset the connection by now.
@@ -464,9 +465,11 @@ TEST_CASE("an abort still arrives when the agent fails with bytes unread on both
   // This end stays busy a while longer: an agent that closed over its unread bytes, or gave up on
   // its queue, has lost the abort by the time we read.
   std::this_thread::sleep_for(500ms);
-  long reached = 0;
-  const auto reason = read_abort<rig::remote::Reached>(s, d, reached);
-  CHECK(reached == marks);  // everything queued before the failure went out ahead of the abort
+  // Everything queued before the failure went out ahead of the abort: the last submission's
+  // value is reached, and so every one before it.
+  std::uint64_t reached = 0;
+  const auto reason = rig::test::read_abort_after_reached(s, d, reached);
+  CHECK(reached == static_cast<std::uint64_t>(marks));
   REQUIRE(reason.has_value());
   CHECK(*reason == "controller: malformed message: unknown type 0x7f");
   CHECK(end_and_drain(s) == 0);  // the agent ended its side in order, no reset

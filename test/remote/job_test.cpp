@@ -481,3 +481,55 @@ TEST_CASE("a break that ends the exit's close fails the job: its agents hear 'in
   CHECK(abort_reason == std::optional<std::string>("interrupted"));
   CHECK(took < 2.0);  // the break's 200 ms, then the agent's prompt end: not the drain's 10 s
 }
+
+TEST_CASE(
+    "a REACHED of a later value answers every submission of its device before it; one beyond "
+    "what is due fails the job") {
+  const auto key = load_key(make_key_file("reached-covers"));
+  FakeAgent agent;
+  std::optional<std::string> abort_reason;
+  std::thread fake([&] {
+    rig::remote::FrameDecoder d;
+    const int s = rig::test::accept_job(agent, key, d);
+    // Three submissions, answered by the last one's value alone, as an agent answers a burst.
+    std::optional<rig::remote::Submit> last;
+    for (int i = 0; i < 3; ++i) last = rig::test::read_message<rig::remote::Submit>(s, d);
+    CHECK(last.has_value());
+    if (last) send_message(s, rig::remote::Reached{last->device, last->value});
+    // Then one answered by a value nothing asked for.
+    last = rig::test::read_message<rig::remote::Submit>(s, d);
+    CHECK(last.has_value());
+    if (last) send_message(s, rig::remote::Reached{last->device, last->value + 1});
+    long heartbeats = 0;
+    abort_reason = rig::test::read_abort<rig::remote::Heartbeat>(s, d, heartbeats);
+    end_and_drain(s);
+  });
+  auto job = rig::remote::connect(key, {{"127.0.0.1", agent.port}});
+  REQUIRE_MESSAGE(job.ok(), (job.ok() ? "" : job.error()));
+  const rig::Device host = job->hosts()[0];
+  std::vector<std::uint64_t> values;
+  for (int i = 0; i < 3; ++i) values.push_back(rig::submit(host, std::span<const rig::Part>{}));
+  bool covered = false;
+  try {
+    host.wait(values.back());
+    covered = true;
+  } catch (const rig::Lost& e) {
+    FAIL_CHECK("the job failed: " << std::string(e.what()));
+  }
+  if (covered) {
+    CHECK(host.reached() == values.back());
+    CHECK_FALSE(job->failed().has_value());
+    const std::uint64_t fourth = rig::submit(host, std::span<const rig::Part>{});
+    const auto cause = rig::test::wait_for_failure(*job, std::chrono::steady_clock::now(), 10);
+    const std::string why = agent.name() + ": malformed message: REACHED device 0 value " +
+                            std::to_string(fourth + 1) + " where device 0 value " +
+                            std::to_string(fourth) + " was due, then nothing";
+    CHECK(cause == std::optional<std::string>(why));
+    job->close();
+    fake.join();
+    CHECK(abort_reason == std::optional<std::string>(why));
+    return;
+  }
+  job->close();
+  fake.join();
+}

@@ -320,3 +320,22 @@ TEST_CASE(
   CHECK_MESSAGE(first_wrong == bytes, "the first wrong byte is at " << first_wrong);
   CHECK(rig::test::next_of<rig::remote::Reached>(c).value == 3);
 }
+
+TEST_CASE("a burst of submissions read at once is answered by one REACHED, of the last value") {
+  const std::string key_file = make_key_file("peer-burst");
+  Rigd a(key_file);
+  FakeController c(a.port, load_key(key_file), "me");
+  c.start("me");
+  // Five empty SUBMITs in one write: the agent reads them at once and answers in one write.
+  std::vector<std::uint8_t> burst;
+  for (std::uint64_t v = 1; v <= 5; ++v) {
+    rig::remote::encode(rig::remote::Submit{0, v, {}}, burst);
+  }
+  rig::test::FakeAgent::send_all(c.s, burst);
+  const auto answer = rig::test::next_of<rig::remote::Reached>(c);
+  CHECK(answer.device == 0);
+  CHECK(answer.value == 5);
+  // And a lone one after it, its own answer.
+  c.send(rig::remote::Submit{0, 6, {}});
+  CHECK(rig::test::next_of<rig::remote::Reached>(c).value == 6);
+}

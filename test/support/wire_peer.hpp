@@ -219,6 +219,26 @@ inline std::vector<std::uint8_t> read_data(FakeController& c, std::size_t bytes)
   return out;
 }
 
+// Reads frames from a raw socket until a message of type `M` arrives, skipping others: that
+// message, or nothing if the connection ended or sent what does not decode first.
+template <typename M>
+std::optional<M> read_message(int s, rig::remote::FrameDecoder& d) {
+  for (;;) {
+    auto f = d.next();
+    if (!f) return std::nullopt;
+    if (f->has_value()) {
+      auto m = rig::remote::decode(**f);
+      if (!m) return std::nullopt;
+      if (auto* got = std::get_if<M>(&*m)) return std::move(*got);
+      continue;
+    }
+    std::uint8_t buf[4096];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    if (n <= 0) return std::nullopt;
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+}
+
 // Reads frames from a raw socket until one of type `M` arrives (skipping heartbeats).
 template <typename M>
 bool read_until(int s, rig::remote::FrameDecoder& d) {
@@ -269,6 +289,27 @@ std::optional<std::string> read_abort(int s, rig::remote::FrameDecoder& d, long&
       }
       auto m = rig::remote::decode(**f);
       if (!m) return std::nullopt;
+      if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) return abort->reason;
+      continue;
+    }
+    std::uint8_t buf[64 * 1024];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    if (n <= 0) return std::nullopt;
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+}
+
+// Like read_abort, noting the value of the last REACHED before the ABORT (0 if none came).
+inline std::optional<std::string> read_abort_after_reached(int s, rig::remote::FrameDecoder& d,
+                                                           std::uint64_t& last_value) {
+  last_value = 0;
+  for (;;) {
+    auto f = d.next();
+    if (!f) return std::nullopt;
+    if (f->has_value()) {
+      auto m = rig::remote::decode(**f);
+      if (!m) return std::nullopt;
+      if (auto* r = std::get_if<rig::remote::Reached>(&*m)) last_value = r->value;
       if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) return abort->reason;
       continue;
     }

@@ -709,10 +709,10 @@ void AgentWork::submit(const Submit& m, Op& op) {
   const bool placed = op.early;
   if (parts.empty() && op.early_value == 0) {
     // Nothing to run (or only bytes read into place): every earlier message's work is done, so
-    // the value is reached now. A batch of such messages read at once is answered in one write
-    // (send_soon).
+    // the value is reached now. A batch of such messages read at once is answered in one write,
+    // by one REACHED (reached()).
     if (placed) count_submission(m);
-    controller_->send_soon(Reached{m.device, m.value});
+    reached(m.device, m.value);
     return;
   }
   run.local_value = op.early_value;
@@ -770,6 +770,14 @@ bool AgentWork::send_from_memory(const Submit& m) {
     work->check_running();
   });
   return true;
+}
+
+void AgentWork::reached(std::uint32_t device, std::uint64_t value) {
+  // A timeline only grows, so REACHED of a value says every earlier one of that device is reached
+  // too: one held for this turn's write that nothing has followed yet gives way to this one
+  // (docs/protocol.md, "Order").
+  controller_->send_soon_covering(Reached{device, value},
+                                  std::uint64_t{Reached::type} << 32 | device);
 }
 
 void AgentWork::count_submission(const Submit& m) {
@@ -854,7 +862,7 @@ void AgentWork::finish_running() {
                              });
   }
   for (Buffer& b : run.staged) staging_->give_back(std::move(b));
-  controller_->send_soon(Reached{run.device_id, run.value});
+  reached(run.device_id, run.value);
   pump();
 }
 

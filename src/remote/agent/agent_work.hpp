@@ -197,6 +197,8 @@ class AgentWork {
   void watch();
   void check_running();
   void finish_running();
+  // Tells the controller that `device` has reached `value` (the SUBMIT of that value is done).
+  void reached(std::uint32_t device, std::uint64_t value);
   void fail(const std::string& cause);
   // fail() for a device of the job found lost: counted as such for an operator.
   void device_lost(const std::string& cause);

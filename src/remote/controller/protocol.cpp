@@ -204,22 +204,7 @@ void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind
                 " was due");
   }
   Expect& e = member.expects.front();
-  if (kind == Expect::Kind::reached) {
-    const auto& r = std::get<Reached>(m);
-    if (r.device != e.device_id || r.value != e.value) {
-      return fail(bad + "REACHED device " + std::to_string(r.device) + " value " +
-                  std::to_string(r.value) + " where device " + std::to_string(e.device_id) +
-                  " value " + std::to_string(e.value) + " was due");
-    }
-    if (e.copy_index < e.copies.size()) {
-      return fail(bad + "REACHED value " + std::to_string(r.value) + " before the bytes of its " +
-                  "copies into this process's memory");
-    }
-    // The copies' bytes are in place: the value may now say so (release order, in publish).
-    proxies_->reached(*e.device, e.value, e.work);
-    member.expects.pop_front();  // drops the work, and with it the last use of its buffers
-    return;
-  }
+  if (kind == Expect::Kind::reached) return reached(member, bad, std::get<Reached>(m));
   std::vector<Device> devices;
   if (kind == Expect::Kind::opened) devices = opened(member, c.tag, std::get<Opened>(m));
   if (has_failed()) return;
@@ -228,6 +213,45 @@ void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind
   member.expects.pop_front();
   reply->answer = std::move(m);
   reply->done.set();
+}
+
+void ControllerProtocol::reached(Member& member, const std::string& bad, const Reached& r) {
+  const auto due = [](const Expect& e) {
+    return "device " + std::to_string(e.device_id) + " value " + std::to_string(e.value);
+  };
+  // A timeline only grows: REACHED of a value answers every SUBMIT of its device due before the
+  // one of that value (the agent sends one for a burst), as long as nothing else is due between.
+  // All of it is checked before any value is stored, so a bad one stores none.
+  std::size_t last = 0;
+  for (;; ++last) {
+    const Expect* e = last < member.expects.size() ? &member.expects[last] : nullptr;
+    const bool in_run = e != nullptr && e->kind == Expect::Kind::reached &&
+                        e->device_id == r.device && e->value <= r.value;
+    if (!in_run) {
+      std::string then;
+      if (last > 0) {
+        then = ", then " + (e == nullptr                       ? std::string("nothing")
+                            : e->kind == Expect::Kind::reached ? due(*e)
+                                                               : std::string(expect_name(e->kind)));
+      }
+      return fail(bad + "REACHED device " + std::to_string(r.device) + " value " +
+                  std::to_string(r.value) + " where " + due(member.expects.front()) + " was due" +
+                  then);
+    }
+    if (e->copy_index < e->copies.size()) {
+      return fail(bad + "REACHED value " + std::to_string(r.value) + " before the bytes of " +
+                  (e->value == r.value ? std::string("its copies")
+                                       : "the copies of value " + std::to_string(e->value)) +
+                  " into this process's memory");
+    }
+    if (e->value == r.value) break;
+  }
+  for (std::size_t i = 0; i <= last; ++i) {
+    Expect& e = member.expects.front();
+    // The copies' bytes are in place: the value may now say so (release order, in publish).
+    proxies_->reached(*e.device, e.value, e.work);
+    member.expects.pop_front();  // drops the work, and with it the last use of its buffers
+  }
 }
 
 std::vector<Device> ControllerProtocol::opened(Member& member, std::size_t index, const Opened& o) {

@@ -84,6 +84,9 @@ class ControllerProtocol final : public JobProtocol, public RailSide {
   void receive_data(Connection& c, std::uint8_t type, std::size_t bytes, const std::uint8_t* from);
   // An answer of the agent: it must be what the head of its queue expects.
   void answer(Connection& c, Member& member, Expect::Kind kind, Message&& m);
+  // REACHED: the value it names, and every one of its device due before it, are reached. `bad`:
+  // the start of a malformed message's cause.
+  void reached(Member& member, const std::string& bad, const Reached& r);
   std::vector<Device> opened(Member& member, std::size_t index, const Opened& o);
   void started();
   void tick(std::int64_t now);

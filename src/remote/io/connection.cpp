@@ -366,6 +366,20 @@ void Connection::send_soon(const Message& m) {
   hold(m, &Connection::soon_flush_queued_, &Reactor::at_turn_end);
 }
 
+void Connection::send_soon_covering(const Message& m, std::uint64_t key) {
+  if (state_ != State::open) return;
+  if (covering_end_ != 0 && covering_end_ == lazy_.size() && covering_key_ == key) {
+    lazy_.resize(covering_at_);  // it was counted once, when it was held
+    encode(m, lazy_);
+    covering_end_ = lazy_.size();
+    return;  // a flush is queued already: the one held was
+  }
+  covering_at_ = lazy_.size();
+  hold(m, &Connection::soon_flush_queued_, &Reactor::at_turn_end);
+  covering_end_ = lazy_.size();
+  covering_key_ = key;
+}
+
 void Connection::send_soon(Bytes owned, std::span<const Piece> pieces) {
   if (state_ != State::open) return;
   if (std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.external; })) {
@@ -446,6 +460,7 @@ void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
   // What send_lazy held goes first: news that could wait rides on this write.
   Bytes lazy = std::move(lazy_);
   lazy_.clear();
+  covering_end_ = 0;  // what was held is on its way: nothing after it replaces it
   if (!lazy.empty()) slices_.push_back({lazy.data(), lazy.size()});
   if (pieces.empty() && !owned.empty()) slices_.push_back({owned.data(), owned.size()});
   for (const Piece& piece : pieces) {

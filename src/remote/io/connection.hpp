@@ -103,6 +103,10 @@ class Connection final : private TransportEvents {
   // count per round of a batch the loop read at once), so that a burst costs one write, not one
   // each.
   void send_soon(const Message& m);
+  // send_soon, but if the message held last (nothing held after it, no write since) went through
+  // here with the same `key`, `m` takes its place: for news that says all the one before it said
+  // (a device's timeline reached a later value), so that a burst costs one message, not one each.
+  void send_soon_covering(const Message& m, std::uint64_t key);
   // Queues a frame whose body is `head` followed by `payload`, which is sent from where it lies
   // (scatter-gather) and must stay valid until `done` runs (on the loop thread, once the bytes are
   // handed to the kernel or the connection has given up on them).
@@ -231,6 +235,11 @@ class Connection final : private TransportEvents {
   Bytes lazy_;                      // send_lazy's messages, for the next write
   bool lazy_flush_queued_ = false;  // a flush_lazy is queued with the reactor for its idle time
   bool soon_flush_queued_ = false;  // and for the end of its turn
+  // The message send_soon_covering held last: where it begins and ends in lazy_ and its key. It
+  // may be replaced only while it still ends lazy_ (covering_end_ 0: none is).
+  std::size_t covering_at_ = 0;
+  std::size_t covering_end_ = 0;
+  std::uint64_t covering_key_ = 0;
   // Cleared when this goes, for the reactor's work that outlives it.
   std::shared_ptr<Connection*> self_ = std::make_shared<Connection*>(this);
   bool peer_ended_ = false;
