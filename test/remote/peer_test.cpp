@@ -278,13 +278,18 @@ TEST_CASE(
   run.parts.push_back(nap);
   c.send(run);
 
-  rig::remote::WirePart in;
-  in.kind = rig::remote::WirePart::copy;
-  in.dst = m;
-  in.bytes = bytes;
-  rig::remote::Submit copy_in{0, 2, {}};
-  copy_in.parts.push_back(in);
-  c.send(copy_in);
+  // One copy of all the memory, from (src) or into (dst) it; 0 is the controller's memory.
+  const auto copy = [&](std::uint64_t value, std::uint64_t dst, std::uint64_t src) {
+    rig::remote::WirePart part;
+    part.kind = rig::remote::WirePart::copy;
+    part.dst = dst;
+    part.src = src;
+    part.bytes = bytes;
+    rig::remote::Submit submit{0, value, {}};
+    submit.parts.push_back(part);
+    return submit;
+  };
+  c.send(copy(2, m, 0));
   const std::vector<std::uint8_t> sent = rig::test::pattern(bytes, 77);
   const auto send_range = [&](std::size_t from, std::size_t n) {
     rig::test::FakeAgent::send_all(
@@ -301,13 +306,7 @@ TEST_CASE(
   }
   CHECK(rig::test::next_of<rig::remote::Reached>(c).value == 2);
 
-  rig::remote::WirePart out;
-  out.kind = rig::remote::WirePart::copy;
-  out.src = m;
-  out.bytes = bytes;
-  rig::remote::Submit copy_out{0, 3, {}};
-  copy_out.parts.push_back(out);
-  c.send(copy_out);
+  c.send(copy(3, 0, m));
   const std::vector<std::uint8_t> got = rig::test::read_data(c, bytes);
   REQUIRE(got.size() == bytes);
   std::size_t first_wrong = bytes;

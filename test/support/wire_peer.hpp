@@ -153,6 +153,25 @@ struct FakeController {
   }
 };
 
+// Hands each frame read from raw socket `s` (through `d`, which keeps what was read past it) to
+// `on_frame` until it returns true: then true; false if the connection ended, was reset or sent
+// bytes that do not frame.
+template <typename F>
+bool walk_frames(int s, rig::remote::FrameDecoder& d, F&& on_frame) {
+  for (;;) {
+    auto f = d.next();
+    if (!f) return false;
+    if (f->has_value()) {
+      if (on_frame(**f)) return true;
+      continue;
+    }
+    std::uint8_t buf[64 * 1024];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    if (n <= 0) return false;
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+}
+
 // The next message of type M from the agent, skipping others but an ABORT, which fails the test.
 template <typename M>
 M next_of(FakeController& c) {
@@ -196,65 +215,44 @@ inline std::uint64_t load_program(FakeController& c, const std::vector<std::byte
 // fails the test).
 inline std::vector<std::uint8_t> read_data(FakeController& c, std::size_t bytes) {
   std::vector<std::uint8_t> out;
-  while (out.size() < bytes) {
-    auto f = c.d.next();
-    REQUIRE(f.ok());
-    if (f->has_value()) {
-      if ((*f)->type == rig::remote::Data::type) {
-        out.insert(out.end(), (*f)->body.begin(), (*f)->body.end());
-        continue;
-      }
-      auto m = rig::remote::decode(**f);
-      REQUIRE(m.ok());
-      if (std::holds_alternative<rig::remote::Heartbeat>(*m)) continue;
-      FAIL("a " << std::visit([](const auto& x) { return x.name; }, *m) << " where DATA was due");
-    }
-    pollfd p{c.s, POLLIN, 0};
-    REQUIRE(::poll(&p, 1, 10'000) == 1);
-    std::uint8_t buf[64 * 1024];
-    const ssize_t n = ::read(c.s, buf, sizeof buf);
-    REQUIRE(n > 0);
-    c.d.feed({buf, static_cast<std::size_t>(n)});
-  }
+  std::string other;
+  const bool whole = bytes == 0 || walk_frames(c.s, c.d, [&](const auto& frame) {
+                       if (frame.type == rig::remote::Data::type) {
+                         out.insert(out.end(), frame.body.begin(), frame.body.end());
+                         return out.size() >= bytes;
+                       }
+                       auto m = rig::remote::decode(frame);
+                       if (m && std::holds_alternative<rig::remote::Heartbeat>(*m)) return false;
+                       other = m ? std::string(std::visit([](const auto& x) { return x.name; }, *m))
+                                 : "a bad frame";
+                       return true;
+                     });
+  REQUIRE_MESSAGE(whole, "the connection ended after " << out.size() << " bytes of DATA");
+  REQUIRE_MESSAGE(other.empty(), other << " where DATA was due");
   return out;
 }
 
-// Reads frames from a raw socket until a message of type `M` arrives, skipping others: that
-// message, or nothing if the connection ended or sent what does not decode first.
+// Reads frames until a message of type `M` arrives, skipping others: that message, or nothing if
+// the connection ended or sent what does not decode first.
 template <typename M>
 std::optional<M> read_message(int s, rig::remote::FrameDecoder& d) {
-  for (;;) {
-    auto f = d.next();
-    if (!f) return std::nullopt;
-    if (f->has_value()) {
-      auto m = rig::remote::decode(**f);
-      if (!m) return std::nullopt;
-      if (auto* got = std::get_if<M>(&*m)) return std::move(*got);
-      continue;
-    }
-    std::uint8_t buf[4096];
-    const ssize_t n = ::read(s, buf, sizeof buf);
-    if (n <= 0) return std::nullopt;
-    d.feed({buf, static_cast<std::size_t>(n)});
-  }
+  std::optional<M> got;
+  walk_frames(s, d, [&](const auto& frame) {
+    auto m = rig::remote::decode(frame);
+    if (!m) return true;
+    if (auto* one = std::get_if<M>(&*m)) got = std::move(*one);
+    return got.has_value();
+  });
+  return got;
 }
 
-// Reads frames from a raw socket until one of type `M` arrives (skipping heartbeats).
+// Reads frames until one of type `M` arrives (skipping others, heartbeats and bulk frames too).
 template <typename M>
 bool read_until(int s, rig::remote::FrameDecoder& d) {
-  for (;;) {
-    auto f = d.next();
-    if (!f) return false;
-    if (f->has_value()) {
-      auto m = rig::remote::decode(**f);
-      if (m && std::holds_alternative<M>(*m)) return true;
-      continue;
-    }
-    std::uint8_t buf[4096];
-    const ssize_t n = ::read(s, buf, sizeof buf);
-    if (n <= 0) return false;
-    d.feed({buf, static_cast<std::size_t>(n)});
-  }
+  return walk_frames(s, d, [](const auto& frame) {
+    auto m = rig::remote::decode(frame);
+    return m && std::holds_alternative<M>(*m);
+  });
 }
 
 inline void send_message(int s, const rig::remote::Message& m) {
@@ -274,50 +272,38 @@ inline int accept_job(FakeAgent& agent, const rig::remote::Key& key, rig::remote
   return s;
 }
 
-// Reads frames from a raw socket until an ABORT arrives, counting the frames of type `M` before
-// it (a message, or a bulk frame such as PAYLOAD, which is counted undecoded). Returns the abort's
-// reason, or nothing if the connection ended (or was reset) first.
+// Reads frames until an ABORT arrives, counting the frames of type `M` before it (a message, or a
+// bulk frame such as PAYLOAD, which is counted undecoded). Returns the abort's reason, or nothing
+// if the connection ended (or was reset) first.
 template <typename M>
 std::optional<std::string> read_abort(int s, rig::remote::FrameDecoder& d, long& counted) {
-  for (;;) {
-    auto f = d.next();
-    if (!f) return std::nullopt;
-    if (f->has_value()) {
-      if ((*f)->type == M::type) {
-        ++counted;
-        continue;
-      }
-      auto m = rig::remote::decode(**f);
-      if (!m) return std::nullopt;
-      if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) return abort->reason;
-      continue;
+  std::optional<std::string> reason;
+  walk_frames(s, d, [&](const auto& frame) {
+    if (frame.type == M::type) {
+      ++counted;
+      return false;
     }
-    std::uint8_t buf[64 * 1024];
-    const ssize_t n = ::read(s, buf, sizeof buf);
-    if (n <= 0) return std::nullopt;
-    d.feed({buf, static_cast<std::size_t>(n)});
-  }
+    auto m = rig::remote::decode(frame);
+    if (!m) return true;
+    if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) reason = abort->reason;
+    return reason.has_value();
+  });
+  return reason;
 }
 
 // Like read_abort, noting the value of the last REACHED before the ABORT (0 if none came).
 inline std::optional<std::string> read_abort_after_reached(int s, rig::remote::FrameDecoder& d,
                                                            std::uint64_t& last_value) {
   last_value = 0;
-  for (;;) {
-    auto f = d.next();
-    if (!f) return std::nullopt;
-    if (f->has_value()) {
-      auto m = rig::remote::decode(**f);
-      if (!m) return std::nullopt;
-      if (auto* r = std::get_if<rig::remote::Reached>(&*m)) last_value = r->value;
-      if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) return abort->reason;
-      continue;
-    }
-    std::uint8_t buf[64 * 1024];
-    const ssize_t n = ::read(s, buf, sizeof buf);
-    if (n <= 0) return std::nullopt;
-    d.feed({buf, static_cast<std::size_t>(n)});
-  }
+  std::optional<std::string> reason;
+  walk_frames(s, d, [&](const auto& frame) {
+    auto m = rig::remote::decode(frame);
+    if (!m) return true;
+    if (auto* r = std::get_if<rig::remote::Reached>(&*m)) last_value = r->value;
+    if (auto* abort = std::get_if<rig::remote::Abort>(&*m)) reason = abort->reason;
+    return reason.has_value();
+  });
+  return reason;
 }
 
 // Ends our side, then reads to the peer's end: 0 for its orderly end, -1 for a reset.
