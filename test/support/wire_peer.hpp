@@ -89,6 +89,33 @@ struct FakeAgent {
   }
 };
 
+// Hands each frame read from raw socket `s` (through `d`, which keeps what was read past it) to
+// `on_frame` until it returns true: then true; false if the connection ended, was reset or sent
+// bytes that do not frame, or if `ms` (when not negative) passed first.
+template <typename F>
+bool walk_frames(int s, rig::remote::FrameDecoder& d, F&& on_frame, int ms = -1) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    auto f = d.next();
+    if (!f) return false;
+    if (f->has_value()) {
+      if (on_frame(**f)) return true;
+      continue;
+    }
+    if (ms >= 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            until - std::chrono::steady_clock::now())
+                            .count();
+      pollfd p{s, POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) != 1) return false;
+    }
+    std::uint8_t buf[64 * 1024];
+    const ssize_t n = ::read(s, buf, sizeof buf);
+    if (n <= 0) return false;
+    d.feed({buf, static_cast<std::size_t>(n)});
+  }
+}
+
 // A controller played by hand: dials an agent at 127.0.0.1:port and proves `key` to it, naming the
 // agent `agent_name` (any bytes, as a hostile controller may). Owner: the test; one thread.
 struct FakeController {
@@ -123,26 +150,17 @@ struct FakeController {
   }
   // The next message but heartbeats within `ms`, or nothing if the connection ended or none came.
   std::optional<rig::remote::Message> next(int ms = 10'000) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    for (;;) {
-      auto f = d.next();
-      if (!f) return std::nullopt;
-      if (f->has_value()) {
-        auto m = rig::remote::decode(**f);
-        if (!m) return std::nullopt;
-        if (!std::holds_alternative<rig::remote::Heartbeat>(*m)) return std::move(*m);
-        continue;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            until - std::chrono::steady_clock::now())
-                            .count();
-      pollfd p{s, POLLIN, 0};
-      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) != 1) return std::nullopt;
-      std::uint8_t buf[4096];
-      const ssize_t n = ::read(s, buf, sizeof buf);
-      if (n <= 0) return std::nullopt;
-      d.feed({buf, static_cast<std::size_t>(n)});
-    }
+    std::optional<rig::remote::Message> got;
+    walk_frames(
+        s, d,
+        [&](const auto& frame) {
+          auto m = rig::remote::decode(frame);
+          if (!m) return true;
+          if (!std::holds_alternative<rig::remote::Heartbeat>(*m)) got = std::move(*m);
+          return got.has_value();
+        },
+        ms);
+    return got;
   }
   // JOIN as the job's one agent, named as in the handshake, and the agent's READY.
   void start(const std::string& agent_name) {
@@ -152,25 +170,6 @@ struct FakeController {
     REQUIRE(std::holds_alternative<rig::remote::Ready>(*ready));
   }
 };
-
-// Hands each frame read from raw socket `s` (through `d`, which keeps what was read past it) to
-// `on_frame` until it returns true: then true; false if the connection ended, was reset or sent
-// bytes that do not frame.
-template <typename F>
-bool walk_frames(int s, rig::remote::FrameDecoder& d, F&& on_frame) {
-  for (;;) {
-    auto f = d.next();
-    if (!f) return false;
-    if (f->has_value()) {
-      if (on_frame(**f)) return true;
-      continue;
-    }
-    std::uint8_t buf[64 * 1024];
-    const ssize_t n = ::read(s, buf, sizeof buf);
-    if (n <= 0) return false;
-    d.feed({buf, static_cast<std::size_t>(n)});
-  }
-}
 
 // The next message of type M from the agent, skipping others but an ABORT, which fails the test.
 template <typename M>
@@ -215,19 +214,20 @@ inline std::uint64_t load_program(FakeController& c, const std::vector<std::byte
 // fails the test).
 inline std::vector<std::uint8_t> read_data(FakeController& c, std::size_t bytes) {
   std::vector<std::uint8_t> out;
-  std::string other;
-  const bool whole = bytes == 0 || walk_frames(c.s, c.d, [&](const auto& frame) {
-                       if (frame.type == rig::remote::Data::type) {
-                         out.insert(out.end(), frame.body.begin(), frame.body.end());
-                         return out.size() >= bytes;
-                       }
-                       auto m = rig::remote::decode(frame);
-                       if (m && std::holds_alternative<rig::remote::Heartbeat>(*m)) return false;
-                       other = m ? std::string(std::visit([](const auto& x) { return x.name; }, *m))
-                                 : "a bad frame";
-                       return true;
-                     });
-  REQUIRE_MESSAGE(whole, "the connection ended after " << out.size() << " bytes of DATA");
+  std::string other;  // the first frame that was neither DATA nor a heartbeat
+  const auto take = [&](const auto& frame) {
+    if (frame.type == rig::remote::Data::type) {
+      out.insert(out.end(), frame.body.begin(), frame.body.end());
+      return out.size() >= bytes;
+    }
+    auto m = rig::remote::decode(frame);
+    if (m && std::holds_alternative<rig::remote::Heartbeat>(*m)) return false;
+    other = m ? std::string(std::visit([](const auto& x) { return x.name; }, *m)) : "a bad frame";
+    return true;
+  };
+  const bool whole = bytes == 0 || walk_frames(c.s, c.d, take, 10'000);
+  REQUIRE_MESSAGE(whole,
+                  "no DATA within 10 s, or the connection ended, after " << out.size() << " bytes");
   REQUIRE_MESSAGE(other.empty(), other << " where DATA was due");
   return out;
 }

@@ -123,7 +123,7 @@ void ControllerProtocol::message(Connection& c, Message&& m) {
   }
   if (!member.host && !std::holds_alternative<Closed>(m)) {
     const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
-    return fail(c.peer_name() + ": malformed message: " + std::string(name) + " before READY");
+    return fail(malformed(c) + std::string(name) + " before READY");
   }
   if (std::holds_alternative<Reached>(m))
     return answer(c, member, Expect::Kind::reached, std::move(m));
@@ -144,7 +144,7 @@ void ControllerProtocol::message(Connection& c, Message&& m) {
     return;
   }
   const std::string_view name = std::visit([](const auto& x) { return x.name; }, m);
-  fail(c.peer_name() + ": malformed message: " + std::string(name) + " is not one an agent sends");
+  fail(malformed(c) + std::string(name) + " is not one an agent sends");
 }
 
 void ControllerProtocol::started() {
@@ -196,15 +196,14 @@ void ControllerProtocol::send(std::size_t index, Bytes owned,
 }
 
 void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind, Message&& m) {
-  const std::string bad = c.peer_name() + ": malformed message: ";
   if (member.expects.empty() || member.expects.front().kind != kind) {
-    return fail(bad + expect_name(kind) + " where " +
+    return fail(malformed(c) + expect_name(kind) + " where " +
                 (member.expects.empty() ? std::string("nothing")
                                         : std::string(expect_name(member.expects.front().kind))) +
                 " was due");
   }
   Expect& e = member.expects.front();
-  if (kind == Expect::Kind::reached) return reached(member, bad, std::get<Reached>(m));
+  if (kind == Expect::Kind::reached) return reached(c, member, std::get<Reached>(m));
   std::vector<Device> devices;
   if (kind == Expect::Kind::opened) devices = opened(member, c.tag, std::get<Opened>(m));
   if (has_failed()) return;
@@ -215,7 +214,11 @@ void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind
   reply->done.set();
 }
 
-void ControllerProtocol::reached(Member& member, const std::string& bad, const Reached& r) {
+std::string ControllerProtocol::malformed(const Connection& c) {
+  return c.peer_name() + ": malformed message: ";
+}
+
+void ControllerProtocol::reached(const Connection& c, Member& member, const Reached& r) {
   const auto due = [](const Expect& e) {
     return "device " + std::to_string(e.device_id) + " value " + std::to_string(e.value);
   };
@@ -234,12 +237,13 @@ void ControllerProtocol::reached(Member& member, const std::string& bad, const R
                             : e->kind == Expect::Kind::reached ? due(*e)
                                                                : std::string(expect_name(e->kind)));
       }
-      return fail(bad + "REACHED device " + std::to_string(r.device) + " value " +
+      return fail(malformed(c) + "REACHED device " + std::to_string(r.device) + " value " +
                   std::to_string(r.value) + " where " + due(member.expects.front()) + " was due" +
                   then);
     }
     if (e->copy_index < e->copies.size()) {
-      return fail(bad + "REACHED value " + std::to_string(r.value) + " before the bytes of " +
+      return fail(malformed(c) + "REACHED value " + std::to_string(r.value) +
+                  " before the bytes of " +
                   (e->value == r.value ? std::string("its copies")
                                        : "the copies of value " + std::to_string(e->value)) +
                   " into this process's memory");
@@ -326,16 +330,16 @@ void ControllerProtocol::on_bulk_placed(Connection& c, std::uint8_t type,
 void ControllerProtocol::receive_data(Connection& c, std::uint8_t type, std::size_t bytes,
                                       const std::uint8_t* from) {
   Member& member = members_[c.tag];
-  const std::string bad = c.peer_name() + ": malformed message: ";
-  if (type != Data::type) return fail(bad + "PAYLOAD is not one an agent sends");
+  if (type != Data::type) return fail(malformed(c) + "PAYLOAD is not one an agent sends");
   if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) {
-    return fail(bad + "DATA where no copy into this process's memory was due");
+    return fail(malformed(c) + "DATA where no copy into this process's memory was due");
   }
   Expect& e = member.expects.front();
   // The bytes go where the copy asked, as they come; they may run across copies of the work.
   while (bytes > 0) {
     if (e.copy_index >= e.copies.size()) {
-      return fail(bad + "DATA beyond the bytes of the copies of value " + std::to_string(e.value));
+      return fail(malformed(c) + "DATA beyond the bytes of the copies of value " +
+                  std::to_string(e.value));
     }
     CopyBack& to = e.copies[e.copy_index];
     const std::size_t n = std::min(bytes, to.bytes - e.copy_done);

@@ -84,9 +84,12 @@ class ControllerProtocol final : public JobProtocol, public RailSide {
   void receive_data(Connection& c, std::uint8_t type, std::size_t bytes, const std::uint8_t* from);
   // An answer of the agent: it must be what the head of its queue expects.
   void answer(Connection& c, Member& member, Expect::Kind kind, Message&& m);
-  // REACHED: the value it names, and every one of its device due before it, are reached. `bad`:
-  // the start of a malformed message's cause.
-  void reached(Member& member, const std::string& bad, const Reached& r);
+  // REACHED from `c`'s agent: the value it names, and every one of its device due before it, are
+  // reached.
+  void reached(const Connection& c, Member& member, const Reached& r);
+  // The start of the cause of a malformed message from `c`'s agent (built only on a failure: the
+  // answers it would precede are the hot path).
+  static std::string malformed(const Connection& c);
   std::vector<Device> opened(Member& member, std::size_t index, const Opened& o);
   void started();
   void tick(std::int64_t now);
