@@ -13,7 +13,6 @@ namespace rig::detail {
 namespace {
 
 std::atomic<std::uint64_t> fallbacks{0};
-std::atomic<std::uint64_t> blocks_used{0};
 
 // `Count` blocks of `Block` bytes in static storage, so that the pool exists before any code runs
 // and costs only the pages that blocks have touched. Blocks never taken are handed out in order
@@ -38,7 +37,6 @@ class SizeClass {
       }
     }
     if (block == nullptr) return nullptr;
-    blocks_used.fetch_add(1, std::memory_order_relaxed);
     RIG_POOL_UNPOISON(block, bytes);
     return block;
   }
@@ -51,8 +49,19 @@ class SizeClass {
   void give_back(void* p) noexcept {
     RIG_POOL_POISON(p, Block);
     const auto index = static_cast<std::uint32_t>((static_cast<std::byte*>(p) - slab_) / Block);
-    blocks_used.fetch_sub(1, std::memory_order_relaxed);
     free_.push(links_, index + 1);
+  }
+
+  // Blocks handed out and not given back: those ever handed out, less the free stack's length.
+  // No count is kept as blocks come and go, as that was a second atomic read-modify-write on every
+  // take and give-back of the submit path; exact while no other thread uses the class.
+  std::uint64_t used() const noexcept {
+    std::uint64_t free = 0;
+    for (std::uint32_t i = free_.top(); i != 0 && free < Count;
+         i = links_[i - 1].load(std::memory_order_relaxed)) {
+      ++free;
+    }
+    return fresh_.load(std::memory_order_relaxed) - free;
   }
 
  private:
@@ -108,7 +117,9 @@ void pool_release(void* p, std::size_t bytes) noexcept {
 }
 
 PoolStats pool_stats() noexcept {
-  return {fallbacks.load(std::memory_order_relaxed), blocks_used.load(std::memory_order_relaxed)};
+  const std::uint64_t used = blocks_64.used() + blocks_256.used() + blocks_1k.used() +
+                             blocks_4k.used() + blocks_16k.used() + blocks_64k.used();
+  return {fallbacks.load(std::memory_order_relaxed), used};
 }
 
 }  // namespace rig::detail

@@ -37,6 +37,11 @@ class IndexStack {
     }
   }
 
+  // The top index (0: empty), left in place.
+  std::uint32_t top() const noexcept {
+    return static_cast<std::uint32_t>(head_.load(std::memory_order_acquire));
+  }
+
   void push(std::atomic<std::uint32_t>* links, std::uint32_t index) noexcept {
     std::uint64_t head = head_.load(std::memory_order_acquire);
     for (;;) {
@@ -69,7 +74,8 @@ void pool_release(void* p, std::size_t bytes) noexcept;
 
 struct PoolStats {
   std::uint64_t fallbacks;    // allocations that went to operator new
-  std::uint64_t blocks_used;  // blocks taken and not yet given back, over every size
+  std::uint64_t blocks_used;  // blocks taken and not yet given back, over every size (exact only
+                              // while no other thread takes or gives back blocks)
 };
 PoolStats pool_stats() noexcept;
 

@@ -232,9 +232,12 @@ std::optional<std::string> AgentWork::room_for_bytes(Op& op, Staged& s) {
     piece = std::min<std::uint64_t>(s.bytes - s.received, staging_piece_bytes_early);
     // Pieces whose copies are done serve again (a copy of a gigabyte cycles through a few).
     const Device& d = devices_[std::get<Submit>(op.message).device];
-    while (!op.handed.empty() && d.reached() >= op.handed.front().first) {
-      staging_->give_back(std::move(op.handed.front().second));
-      op.handed.pop_front();
+    while (op.handed_done < op.handed.size() && d.reached() >= op.handed[op.handed_done].first) {
+      staging_->give_back(std::move(op.handed[op.handed_done++].second));
+    }
+    if (op.handed_done == op.handed.size()) {
+      op.handed.clear();
+      op.handed_done = 0;
     }
   }
   try {
@@ -727,7 +730,9 @@ void AgentWork::submit(const Submit& m, Op& op) {
   for (Staged& st : op.staged) {
     for (auto& piece : st.pieces) run.staged.push_back(std::move(piece.first));
   }
-  for (auto& handed : op.handed) run.staged.push_back(std::move(handed.second));
+  for (std::size_t i = op.handed_done; i < op.handed.size(); ++i) {
+    run.staged.push_back(std::move(op.handed[i].second));
+  }
   running_ = std::move(run);
   check_running();
   if (running_) watch();

@@ -147,7 +147,10 @@ class AgentWork {
     bool placing_decided = false;
     bool early = false;
     std::uint64_t early_value = 0;  // on the SUBMIT's device, of the last piece handed
-    std::deque<std::pair<std::uint64_t, Buffer>> handed;  // pieces handed, by their value
+    // Pieces handed, by their value; those before handed_done have served and gone back. A vector,
+    // not a deque: an empty std::deque allocates, and every op has one of these.
+    std::vector<std::pair<std::uint64_t, Buffer>> handed;
+    std::size_t handed_done = 0;
     bool complete() const { return staging == staged.size() && program_due == 0; }
   };
   // The submission whose work runs now.

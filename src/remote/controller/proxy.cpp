@@ -219,7 +219,12 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
     }
   }
   // The core's limits keep every field within the wire's, so this cannot refuse the message.
+  // Sized once: the SUBMIT's frame, then a header in `owned` and two pieces for each bulk frame.
+  std::size_t frames = 0;
+  for (const auto& bytes : sent) frames += (bytes.size() + chunk_bytes - 1) / chunk_bytes;
   Bytes& owned = command->owned;
+  owned.reserve(frame_bytes(submit) + frames * frame_header_bytes);
+  command->pieces.reserve(1 + 2 * frames);
   encode(submit, owned);
   command->pieces.push_back({nullptr, 0, owned.size()});
   for (const auto& bytes : sent) add_bulk_frames(owned, command->pieces, Payload::type, bytes);

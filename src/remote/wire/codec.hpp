@@ -19,6 +19,8 @@ void encode(const Message& message, std::vector<std::uint8_t>& out);
 void encode(const Message& message, Bytes& out);
 // A submission's frame, without copying it into a Message first (the submit path's own).
 void encode(const Submit& message, Bytes& out);
+// The bytes encode(message, out) appends: its header and body.
+std::size_t frame_bytes(const Submit& message);
 
 // The message in a frame from FrameDecoder, every field checked. The Error starts
 // "malformed message: " and names the message and the field, as in
