@@ -113,6 +113,10 @@ class Driver {
   virtual void release(std::uint64_t address, std::size_t bytes) noexcept = 0;
   // For host buffers and backends whose memory the process can address directly.
   virtual std::byte* host_pointer(std::uint64_t address) const noexcept = 0;
+  // Whether the process may read and write host_pointer's memory itself, in place of a copy by
+  // this device, while no work uses it: an agent then moves a copy's bytes between the socket and
+  // that memory with no staging. A device whose copies must take their own time says no.
+  virtual bool direct_access() const noexcept { return false; }
 
   // Whether work on this device may use memory of `other`.
   virtual bool reaches(const DeviceCore& other) const = 0;

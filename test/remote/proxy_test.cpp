@@ -147,14 +147,14 @@ TEST_CASE(
   job.close();
 }
 
-TEST_CASE(
-    "copies from the controller's memory land in part order, after the work before them, whether "
-    "their bytes come before their turn or after") {
-  // Each SIM operation takes 200 ms: a SUBMIT behind a slow one has all its bytes before its turn;
-  // one alone is placed as its bytes come (straight into a host buffer, through pieces handed one
-  // by one into a SIM buffer). Both must leave the same bytes.
-  const auto key = rig::test::make_key_file("proxy-placed");
-  Rigd a(key, {}, {"RIG_SIM_LATENCY_US=200000"});
+namespace {
+
+// One SUBMIT of copies from the controller's memory, into a host buffer of the agent and into
+// SIM memory, then a run over what that copy placed; with `behind_work`, after slow work that
+// writes both destinations first (so every byte is in before its turn).
+void check_placed(std::string_view name, const std::vector<std::string>& agent_env) {
+  const auto key = rig::test::make_key_file(std::string(name));
+  Rigd a(key, {}, agent_env);
   auto job = rig::test::start_job(key, {&a});
   const rig::Device sim = sims(job, 0)[0];
   const rig::Device remote_host = job.hosts()[0];
@@ -179,8 +179,11 @@ TEST_CASE(
     auto b2 = rig::Buffer::borrow(const_cast<std::uint8_t*>(p2.data()), n);
     auto b3 = rig::Buffer::borrow(const_cast<std::uint8_t*>(p3.data()), n);
     if (behind_work) {
-      // Slow work writes both destinations first: the copies must land after it.
-      const rig::Part fills[] = {fill(on_host, 7), fill(on_sim, 7)};
+      // Slow work (a nap of 300 ms, whatever the SIM's latency) writes both destinations first:
+      // the copies must land after it.
+      const rig::Part fills[] = {
+          rig::Run{*image, "nap", rig::Shape::linear(1), {rig::Arg::word(300'000)}},
+          fill(on_host, 7), fill(on_sim, 7)};
       rig::submit(sim, fills);
     }
     // One SUBMIT: two copies into one host buffer that overlap (the later one's bytes win), one
@@ -211,19 +214,36 @@ TEST_CASE(
   job.close();
 }
 
-TEST_CASE("a copy from a remote host's memory sees none of the work submitted after it") {
+}  // namespace
+
+TEST_CASE(
+    "copies from the controller's memory land in part order, after the work before them, whether "
+    "their bytes come before their turn or after") {
+  SUBCASE("SIM copies that take their time: pieces handed one by one into SIM memory") {
+    // Each SIM operation takes 200 ms: the copy into SIM memory goes through staged pieces.
+    check_placed("proxy-placed", {"RIG_SIM_LATENCY_US=200000"});
+  }
+  SUBCASE("SIM memory the agent writes itself: bytes read straight from the socket into it") {
+    check_placed("proxy-placed-direct", {});
+  }
+}
+
+TEST_CASE(
+    "a copy from a remote host's memory, or a SIM device's, sees none of the work submitted after "
+    "it") {
   // Its bytes are written to the socket from the agent's buffer itself: the work after it (a run
-  // on that host that overwrites the buffer) must wait until the write has read them all.
+  // on that device that overwrites the buffer) must wait until the write has read them all.
   const auto key = rig::test::make_key_file("proxy-from-memory");
   Rigd a(key);
   auto job = rig::test::start_job(key, {&a});
-  const rig::Device remote_host = job.hosts()[0];
-  auto image = rig::load(remote_host, rig::test::test_kernels());
-  REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
   const std::size_t n = sanitized ? std::size_t{8} << 20 : std::size_t{64} << 20;
-  auto there = rig::Buffer::make(remote_host, n);
-  for (std::uint32_t round = 0; round < 3; ++round) {
+  for (std::uint32_t round = 0; round < 4; ++round) {
     CAPTURE(round);
+    const rig::Device remote = round % 2 == 0 ? job.hosts()[0] : sims(job, 0)[0];
+    CAPTURE(remote.name());
+    auto image = rig::load(remote, rig::test::test_kernels());
+    REQUIRE_MESSAGE(image.ok(), (image.ok() ? "" : image.error()));
+    auto there = rig::Buffer::make(remote, n);
     const auto in = pattern(n, 300 + round);
     rig::copy(there, rig::Buffer::borrow(const_cast<std::uint8_t*>(in.data()), n));
     std::vector<std::uint8_t> first(n), second(n);
@@ -233,7 +253,7 @@ TEST_CASE("a copy from a remote host's memory sees none of the work submitted af
         "fill_u32",
         rig::Shape::linear(1),
         {rig::Arg::out(there), rig::Arg::word(n / 4), rig::Arg::word(0x01010101u * (7 + round))}};
-    rig::submit(remote_host, fill);
+    rig::submit(remote, fill);
     rig::copy(rig::Buffer::borrow(second.data(), n), there).wait();
     rig::Buffer::borrow(first.data(), n).access();
     CHECK(first == in);

@@ -68,6 +68,7 @@ class HostDriver final : public detail::Driver {
   std::byte* host_pointer(std::uint64_t address) const noexcept override {
     return reinterpret_cast<std::byte*>(address);
   }
+  bool direct_access() const noexcept override { return true; }
   bool reaches(const detail::DeviceCore& other) const override { return is_local_host(other); }
   void enqueue(detail::Work work) override { worker_.push(std::move(work)); }
   Result<std::unique_ptr<detail::Module>> load(const Program& program) override {

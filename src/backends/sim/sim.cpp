@@ -34,8 +34,8 @@ class Latency {
 class SimDriver final : public detail::Driver {
  public:
   SimDriver(detail::DeviceCore& device, const sim::Options& o)
-      : worker_(device, o.latency_max_ns == 0 ? Worker::PartHook{} : Worker::PartHook{Latency(o)}) {
-  }
+      : worker_(device, o.latency_max_ns == 0 ? Worker::PartHook{} : Worker::PartHook{Latency(o)}),
+        direct_(o.latency_max_ns == 0) {}
 
   std::uint64_t allocate(std::size_t bytes) override {
     const std::size_t rounded =
@@ -49,6 +49,8 @@ class SimDriver final : public detail::Driver {
   std::byte* host_pointer(std::uint64_t address) const noexcept override {
     return reinterpret_cast<std::byte*>(address);
   }
+  // Its memory is the process's own; with a latency to simulate, each copy takes its time instead.
+  bool direct_access() const noexcept override { return direct_; }
   // A SIM device reaches this process's host memory (as a GPU reaches pinned memory) and every
   // other SIM device of the process (as peers do).
   bool reaches(const detail::DeviceCore& other) const override {
@@ -65,6 +67,7 @@ class SimDriver final : public detail::Driver {
 
  private:
   Worker worker_;
+  bool direct_;
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/device.hpp"
 #include "remote/io/guard.hpp"
 #include "remote/job/work_counters.hpp"
 #include "remote/limits.hpp"
@@ -50,6 +51,20 @@ std::vector<std::byte> joined(std::vector<std::vector<std::byte>> pieces) {
     std::vector<std::byte>().swap(p);
   }
   return out;
+}
+
+// The bytes of `b` that this process may read and write itself, with no copy by its device
+// (Driver::direct_access), or none. Asked only at a copy's turn, once the work before it has run:
+// a host buffer's access() waits, on the loop, for work that uses the buffer.
+std::span<std::byte> direct_bytes(const Buffer& b) {
+  if (b.device() == rig::host()) return b.access();
+  const auto& core = b.core();
+  if (rig::failure(b.device()) || !core->device()->driver().direct_access()) return {};
+  try {
+    return {core->data(), b.size()};
+  } catch (const std::invalid_argument&) {
+    return {};  // its device has closed: the copy's turn says so
+  }
 }
 
 }  // namespace
@@ -282,12 +297,12 @@ void AgentWork::place_early(Op& op) {
   }
   op.early = true;
   for (Staged& s : op.staged) {
-    const Buffer& b = memory_.at(s.dst);
-    if (b.device() != rig::host()) continue;
-    // The work before has run, so access() returns at once (it would wait, on the loop, for work
-    // that used the buffer: the reason for the checks above, not for the order, which it keeps).
-    s.direct = b.access().subspan(static_cast<std::size_t>(s.dst_offset),
-                                  static_cast<std::size_t>(s.bytes));
+    // The work before has run (the checks above), so the destination is the copy's alone: host
+    // memory, or a device's the process addresses itself, takes the bytes straight from the socket.
+    const auto bytes = direct_bytes(memory_.at(s.dst));
+    if (bytes.empty()) continue;
+    s.direct =
+        bytes.subspan(static_cast<std::size_t>(s.dst_offset), static_cast<std::size_t>(s.bytes));
   }
 }
 
@@ -619,8 +634,9 @@ void AgentWork::submit(const Submit& m, Op& op) {
   std::vector<Part> parts;
   parts.reserve(m.parts.size());
   std::size_t staged = 0;
-  // A SUBMIT of nothing but copies into the controller's memory from host memory of this machine
-  // is written from where that memory lies (send_from_memory): no copy into staging first.
+  // A SUBMIT of nothing but copies into the controller's memory from memory this process
+  // addresses (host memory, a SIM device's) is written from where that memory lies
+  // (send_from_memory): no copy into staging first.
   if (send_from_memory(m)) return;
   for (const WirePart& p : m.parts) {
     if (p.kind == WirePart::copy) {
@@ -750,14 +766,16 @@ bool AgentWork::send_from_memory(const Submit& m) {
     // Anything else, or anything the SUBMIT's own turn would refuse, takes that turn.
     if (p.kind != WirePart::copy || p.dst != 0 || p.src == 0) return false;
     const auto src = memory_.find(p.src);
-    if (src == memory_.end() || src->second.device() != rig::host() ||
-        p.src_offset > src->second.size() || p.bytes > src->second.size() - p.src_offset) {
+    if (src == memory_.end() || p.src_offset > src->second.size() ||
+        p.bytes > src->second.size() - p.src_offset) {
       return false;
     }
-    // The work before has run (the SUBMIT's turn), so access() returns at once, with the bytes
-    // the copy would read.
-    const auto bytes = src->second.access().subspan(static_cast<std::size_t>(p.src_offset),
-                                                    static_cast<std::size_t>(p.bytes));
+    // The work before has run (the SUBMIT's turn), so these are the bytes the copy would read:
+    // of host memory, or of a device's that the process addresses itself.
+    const auto whole = direct_bytes(src->second);
+    if (whole.empty()) return false;
+    const auto bytes =
+        whole.subspan(static_cast<std::size_t>(p.src_offset), static_cast<std::size_t>(p.bytes));
     add_bulk_frames(owned, pieces, Data::type,
                     {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
     sources.push_back(src->second);

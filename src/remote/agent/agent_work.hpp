@@ -129,8 +129,8 @@ class AgentWork {
     std::vector<std::pair<Buffer, std::size_t>> pieces;  // not yet handed to the device
     std::size_t last_filled = 0;                         // of the last piece
     std::uint64_t handed = 0;  // of the copy's bytes, those copied by pieces handed early
-    // Where the bytes are read to when they go straight to the destination (a host buffer of
-    // this machine, its copy's turn come): no staging at all.
+    // Where the bytes are read to when they go straight to the destination (memory of this
+    // machine the process addresses itself, its copy's turn come): no staging at all.
     std::span<std::byte> direct;
   };
   // A message waiting its turn, with the bytes staged for it.
@@ -181,8 +181,9 @@ class AgentWork {
   void make(const Make& m);
   void load(const Load& m, Op& op);
   void submit(const Submit& m, Op& op);
-  // Writes a SUBMIT of nothing but copies from host memory of this machine into the controller's
-  // straight from that memory, if it is one; the work runs until the write is done.
+  // Writes a SUBMIT of nothing but copies into the controller's memory from memory this process
+  // addresses (direct_bytes) straight from there, if it is one; the work runs until the write is
+  // done.
   bool send_from_memory(const Submit& m);
   // The operator's counts of a SUBMIT whose work is on its way (or done, its bytes in place).
   static void count_submission(const Submit& m);
