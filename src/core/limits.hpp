@@ -11,8 +11,6 @@ namespace rig::detail {
 // A waiter spins this long on a timeline word before it sleeps: waking a sleeping thread costs
 // about 80 us on the small VMs we run on, so a short spin catches fast work at a small cost in CPU.
 inline constexpr std::uint64_t wait_spin_ns = 20'000;
-// How long a thread's look at the CPUs it may run on serves its waits (spin_can_help).
-inline constexpr std::uint64_t affinity_recheck_ns = 100'000'000;
 
 // Parts in one submission; a bound so that one call cannot make the runtime allocate without limit.
 inline constexpr std::size_t submission_parts_max = 4096;

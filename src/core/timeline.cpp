@@ -45,14 +45,10 @@ void Timeline::wake_all() noexcept {
 
 void Timeline::wait(std::uint64_t value) const {
   if (reached() >= value && !lost()) return;
-  // The publisher is a thread of this process (a loop, a device's worker).
-  if (spin_for(
-          wait_spin_ns,
-          [&] {
-            check();
-            return reached() >= value;
-          },
-          looks_per_yield())) {
+  if (spin_for(wait_spin_ns, [&] {
+        check();
+        return reached() >= value;
+      })) {
     return;
   }
   for (;;) {

@@ -1,13 +1,10 @@
 #include <doctest/doctest.h>
-#include <pthread.h>
-#include <sched.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
 
-#include "core/spin.hpp"
 #include "core/timeline.hpp"
 #include "rig/rig.hpp"
 
@@ -76,49 +73,4 @@ TEST_CASE("many publishers and waiters never miss a wake-up") {
   for (std::uint64_t v = 1; v <= last; ++v) t.publish(v);
   for (auto& w : waiters) w.join();
   CHECK(t.reached() == last);
-}
-
-TEST_CASE(
-    "on one CPU a wait yields at every look, and a waiter and its publisher there still meet") {
-  // Both threads confined to the CPU this test starts on: the publisher runs only while the
-  // waiter gives the core up, whether it spins or sleeps (core/spin.hpp, looks_per_yield).
-  const int cpu = sched_getcpu();
-  REQUIRE(cpu >= 0);
-  const auto pin = [cpu] {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    REQUIRE(pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0);
-  };
-  Timeline ping, pong;
-  constexpr std::uint64_t rounds = 20'000;
-  unsigned waiter_looks = 0;
-  std::thread waiter([&] {
-    pin();
-    waiter_looks = rig::detail::looks_per_yield();
-    for (std::uint64_t r = 1; r <= rounds; ++r) {
-      ping.wait(r);
-      pong.publish(r);
-    }
-  });
-  std::thread publisher([&] {
-    pin();
-    for (std::uint64_t r = 1; r <= rounds; ++r) {
-      ping.publish(r);
-      pong.wait(r);
-    }
-  });
-  waiter.join();
-  publisher.join();
-  CHECK(waiter_looks == 1);
-  CHECK(pong.reached() == rounds);
-  // A thread that may run on several CPUs keeps the spin's looks between yields.
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
-  if (CPU_COUNT(&all) > 1) {
-    unsigned looks = 0;
-    std::thread([&] { looks = rig::detail::looks_per_yield(); }).join();
-    CHECK(looks == rig::detail::spin_looks_per_yield);
-  }
 }

@@ -53,14 +53,10 @@ void RailWord::publish(std::uint64_t v) noexcept {
 std::uint64_t RailWord::wait(std::uint64_t v) const noexcept {
   std::uint64_t now = get();
   if (now >= v) return now;
-  // The publisher is this process's loop.
-  if (rig::detail::spin_for(
-          rig::detail::wait_spin_ns,
-          [&] {
-            now = get();
-            return now >= v;
-          },
-          rig::detail::looks_per_yield())) {
+  if (rig::detail::spin_for(rig::detail::wait_spin_ns, [&] {
+        now = get();
+        return now >= v;
+      })) {
     return now;
   }
   auto& self = const_cast<RailWord&>(*this);
