@@ -496,6 +496,10 @@ int run(const Options& o) {
     nlohmann::json args = {{"plan", rig::bench::plan_json(o.plan)},
                            {"placement", p.name},
                            {"key_file", key_file},
+                           {"cpus", p.controller_cpu < 0 ? std::vector<int>{}
+                                    : p.agent_cpu == p.controller_cpu
+                                        ? std::vector<int>{p.controller_cpu}
+                                        : std::vector<int>{p.controller_cpu, p.agent_cpu}},
                            {"only", o.only}};
     try {
       if (o.hosts.empty()) {
@@ -620,6 +624,7 @@ int worker(const nlohmann::json& args) {
     ctx.rail_agent = rig::remote::Address(args["rail_agent"].at(0), args["rail_agent"].at(1));
   }
   ctx.only = args.value("only", std::vector<std::string>{});
+  ctx.cpus = args.value("cpus", std::vector<int>{});
   ctx.agent_metrics_port = args.value("agent_metrics_port", 0);
   const auto out = rig::bench::run_placement(ctx);
   std::printf("%s\n", out.dump().c_str());

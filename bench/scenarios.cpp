@@ -2,8 +2,11 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +49,9 @@ constexpr std::uint64_t stream_repeats_max = 20'000;
 // The share of a measurement's time limit its warm-up may take (a slow placement, such as two
 // spinning ends on one core, would otherwise spend minutes warming up).
 constexpr double warmup_time_share = 0.1;
+// The niceness of the *.contended scenarios' busy neighbours: below the benchmark's own threads,
+// as a background compile would be.
+constexpr int busy_neighbour_nice = 10;
 
 void progress(const Ctx& ctx, std::string_view id, const std::string& what) {
   std::fprintf(stderr, "rig-bench: [%s] %.*s: %s\n", ctx.placement.c_str(),
@@ -170,6 +176,51 @@ nlohmann::json tcp_ping_pong_spinning(Ctx& ctx) {
   return tcp_ping_pong(ctx, EchoMode::spinning, "tcp.pingpong.spinning");
 }
 
+// A busy loop at nice 10 on each of the placement's cores while it lives, as a compile or another
+// job beside the controller and the agents would be: a child process each, killed at the end.
+class BusyNeighbours {
+ public:
+  explicit BusyNeighbours(const std::vector<int>& cpus) {
+    for (const int cpu : cpus) {
+      const pid_t pid = fork();
+      if (pid < 0) throw std::runtime_error("fork: " + std::string(std::strerror(errno)));
+      if (pid == 0) {
+        // Only system calls until the kill: the parent has other threads.
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        sched_setaffinity(0, sizeof one, &one);
+        setpriority(PRIO_PROCESS, 0, busy_neighbour_nice);
+        for (;;) {
+        }
+      }
+      children_.push_back(pid);
+    }
+  }
+  ~BusyNeighbours() {
+    for (const pid_t pid : children_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  BusyNeighbours(const BusyNeighbours&) = delete;
+  BusyNeighbours& operator=(const BusyNeighbours&) = delete;
+
+ private:
+  std::vector<pid_t> children_;
+};
+
+constexpr const char* no_placement_cores =
+    "needs the cores of a local placement (not with --hosts) to put a busy neighbour on";
+
+nlohmann::json tcp_ping_pong_contended(Ctx& ctx) {
+  if (ctx.cpus.empty()) return {{"skipped", no_placement_cores}};
+  const BusyNeighbours busy(ctx.cpus);
+  auto r = tcp_ping_pong(ctx, EchoMode::blocking, "tcp.pingpong.blocking.contended");
+  r["note"] = "a busy loop at nice " + std::to_string(busy_neighbour_nice) + " on each core";
+  return r;
+}
+
 nlohmann::json tcp_pipeline(Ctx& ctx) {
   EchoClient c(ctx.echo_host, ctx.echo_port, EchoMode::blocking,
                static_cast<std::uint32_t>(submit_frame_bytes()));
@@ -262,6 +313,19 @@ nlohmann::json rig_host_empty(Ctx& ctx) {
   auto r = latency_json(
       take(ctx.plan, ctx.plan.samples, ctx.plan.warmup, [&] { submit_empty_and_wait(host); }));
   report_latency(ctx, "rig.host.empty", r);
+  return r;
+}
+
+nlohmann::json rig_host_empty_contended(Ctx& ctx) {
+  if (ctx.cpus.empty()) return {{"skipped", no_placement_cores}};
+  const rig::Device host = ctx.host();
+  submit_empty_and_wait(host);  // the job started before the neighbours come
+  const BusyNeighbours busy(ctx.cpus);
+  auto r = latency_json(
+      take(ctx.plan, ctx.plan.samples, ctx.plan.warmup, [&] { submit_empty_and_wait(host); }));
+  r["note"] = "a busy loop at nice " + std::to_string(busy_neighbour_nice) +
+              " on each core: spins and polls that yield to it would wait out its time slices";
+  report_latency(ctx, "rig.host.empty.contended", r);
   return r;
 }
 
@@ -922,6 +986,11 @@ constexpr Scenario table[] = {
      Where::placement, rig_rail_go_pipeline, ""},
     {"rig.rail.to_agent", "rail rounds from this process to an agent, 4 KiB..1 GiB", "rig",
      "throughput", "tcp.stream", Where::placement, rig_rail_to_agent, ""},
+    // Last: what the neighbours leave behind (spins off for a second) touches no other scenario.
+    {"tcp.pingpong.blocking.contended", "raw TCP ping-pong, blocking, a busy neighbour per core",
+     "baseline", "latency", "", Where::placement, tcp_ping_pong_contended, ""},
+    {"rig.host.empty.contended", "empty submission to CPU@NAME, a busy neighbour per core", "rig",
+     "latency", "tcp.pingpong.blocking.contended", Where::placement, rig_host_empty_contended, ""},
 };
 
 }  // namespace

@@ -50,6 +50,9 @@ struct Ctx {
   // source of the rails between two agents (rig.rail.*), the first agent their destination; with
   // given hosts, the second host, if there is one.
   std::optional<rig::remote::Address> rail_agent;
+  // The placement's cores (the controller's, then the agent's if another); none with given hosts.
+  // The *.contended scenarios put a busy neighbour on each.
+  std::vector<int> cpus;
   std::string key_file;
   // The first agent's --metrics endpoint on 127.0.0.1 (0: none, as with given hosts).
   int agent_metrics_port = 0;

@@ -11,6 +11,19 @@ namespace rig::detail {
 // A waiter spins this long on a timeline word before it sleeps: waking a sleeping thread costs
 // about 80 us on the small VMs we run on, so a short spin catches fast work at a small cost in CPU.
 inline constexpr std::uint64_t wait_spin_ns = 20'000;
+// A spin's yield that comes back this late means another thread of the machine held the core for
+// a time slice (a busy neighbour: a compile, another job), or the machine itself was paused (a
+// VM's vCPU preempted by its host). Far above a peer's turn on a shared core (tens of
+// microseconds), below the schedulers' shortest slices (0.75 ms and up).
+inline constexpr std::uint64_t yield_late_ns = 500'000;
+// This many late yields within `late_yields_window_ns` mean a contended core (core/spin.hpp,
+// yield_for_spin): a busy neighbour makes hundreds a second; a quiet VM showed 13 in 40 s of
+// round trips (0.5-4 ms each, its host's preemptions), which must not turn the spins off.
+inline constexpr unsigned late_yields_contended = 8;
+inline constexpr std::uint64_t late_yields_window_ns = 1'000'000'000;
+// How long spins and polls stay off on a contended core: every wait sleeps, every loop sleeps in
+// epoll, and a wake-up takes the core back from the neighbour as the blocking TCP baseline does.
+inline constexpr std::uint64_t spins_off_ns = 1'000'000'000;
 
 // Parts in one submission; a bound so that one call cannot make the runtime allocate without limit.
 inline constexpr std::size_t submission_parts_max = 4096;

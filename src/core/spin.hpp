@@ -1,11 +1,15 @@
-// Spinning waits: the pause between two looks at what is waited for, and the one loop every spin
-// of the runtime uses (timeline and rail waits, the CUDA engine's polls).
+// Spinning waits: the pause between two looks at what is waited for, the one loop every spin
+// of the runtime uses (timeline and rail waits, the CUDA engine's polls), and the yield that the
+// loops' polls share with it, which turns every spin off while the core is contended.
 #pragma once
 
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+
+#include "core/limits.hpp"
 
 namespace rig::detail {
 
@@ -26,22 +30,73 @@ inline void cpu_relax() noexcept {
 // spin waits for got the core only at a yield. Measure again before changing it.
 inline constexpr unsigned spin_looks_per_yield = 16;
 
+// The process's view of its cores' contention (yield_for_spin): until when (steady clock, ns since
+// its epoch) every spin and poll is off, and the late yields of the current window. Process-wide,
+// as the threads that spin for one another share cores; relaxed and approximate, as a lost count
+// only delays the verdict by one late yield.
+struct SpinContention {
+  std::atomic<std::int64_t> off_until_ns{0};
+  std::atomic<std::int64_t> window_start_ns{0};
+  std::atomic<unsigned> late_in_window{0};
+};
+inline SpinContention spin_contention;
+
+inline std::int64_t steady_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Whether a spin or a poll may start now: not while the core is contended (yield_for_spin).
+inline bool spins_allowed() noexcept {
+  return steady_ns() >= spin_contention.off_until_ns.load(std::memory_order_relaxed);
+}
+
+// The yield between a spin's or a poll's looks, so that a thread it waits for on this very core
+// (a loop, a device's worker, the peer process when both ends share a core) runs meanwhile; with
+// nothing else to run it returns at once. A spinner is never asleep, so nothing the answer does
+// (a socket's data, a futex wake) takes the core back for it: with a busy neighbour on the core
+// every yield gives the neighbour its whole time slice again (measured on the VM under a nice-10
+// busy loop on each core: remote round trips of 4 ms, a scheduler tick, where blocking TCP took
+// 25 us). So once `late_yields_contended` yields within a window came back `yield_late_ns` late,
+// spins and polls stop for `spins_off_ns` and waits sleep, to be woken; false then, and the
+// caller stops spinning now.
+inline bool yield_for_spin() noexcept {
+  const std::int64_t before = steady_ns();
+  sched_yield();
+  const std::int64_t after = steady_ns();
+  if (after - before < static_cast<std::int64_t>(yield_late_ns)) return true;
+  SpinContention& c = spin_contention;
+  if (after - c.window_start_ns.load(std::memory_order_relaxed) >=
+      static_cast<std::int64_t>(late_yields_window_ns)) {
+    c.window_start_ns.store(after, std::memory_order_relaxed);
+    c.late_in_window.store(0, std::memory_order_relaxed);
+  }
+  if (c.late_in_window.fetch_add(1, std::memory_order_relaxed) + 1 < late_yields_contended) {
+    return true;
+  }
+  c.late_in_window.store(0, std::memory_order_relaxed);
+  c.off_until_ns.store(after + static_cast<std::int64_t>(spins_off_ns), std::memory_order_relaxed);
+  return false;
+}
+
 // Calls `done` until it returns true (then true) or `budget_ns` has passed (false), with a pause
-// between looks and sched_yield at each reading of the clock. The thread that publishes what the
-// spin waits for (a loop thread, a device's worker) may share this core, as every thread of a
-// process confined to one CPU does: a spin that never yields would hold it back until the spin
-// ends or the scheduler preempts. Alone on its core, the yield returns at once. `done` may throw
-// (a lost timeline), which ends the spin.
+// between looks and a yield (yield_for_spin) at each reading of the clock. The thread that
+// publishes what the spin waits for (a loop thread, a device's worker) may share this core, as
+// every thread of a process confined to one CPU does: a spin that never yields would hold it back
+// until the spin ends or the scheduler preempts. Alone on its core, the yield returns at once.
+// While spins are off (a contended core), or from a late yield on, only one look is made. `done`
+// may throw (a lost timeline), which ends the spin.
 template <typename Done>
 bool spin_for(std::uint64_t budget_ns, Done&& done) {
-  if (budget_ns == 0) return done();
+  if (budget_ns == 0 || !spins_allowed()) return done();
   const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget_ns);
   for (unsigned look = 1;; ++look) {
     if (done()) return true;
     cpu_relax();
     if (look % spin_looks_per_yield != 0) continue;
     if (std::chrono::steady_clock::now() >= until) return false;
-    sched_yield();
+    if (!yield_for_spin()) return done();
   }
 }
 

@@ -1,10 +1,13 @@
 #include <doctest/doctest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
 
+#include "core/spin.hpp"
 #include "core/timeline.hpp"
 #include "rig/rig.hpp"
 
@@ -73,4 +76,55 @@ TEST_CASE("many publishers and waiters never miss a wake-up") {
   for (std::uint64_t v = 1; v <= last; ++v) t.publish(v);
   for (auto& w : waiters) w.join();
   CHECK(t.reached() == last);
+}
+
+TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet core keeps them") {
+  using namespace rig::detail;
+  // This thread and a busy loop share one CPU: each yield gives the loop its time slice.
+  const int cpu = sched_getcpu();
+  REQUIRE(cpu >= 0);
+  std::atomic<int> pin_failures{0};
+  const auto pin = [cpu, &pin_failures] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) ++pin_failures;
+  };
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    pin();
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  bool turned_off = false, allowed_after = true, spun = true;
+  unsigned yields = 0, looks_while_off = 0;
+  std::thread spinner([&] {
+    pin();
+    // Within a few time slices the late yields make the verdict (late_yields_contended of them).
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (!turned_off && std::chrono::steady_clock::now() < give_up) {
+      turned_off = !yield_for_spin();
+      ++yields;
+    }
+    stop = true;
+    allowed_after = spins_allowed();
+    // While spins are off a spin makes one look, whatever its budget, and a wait sleeps at once.
+    spun = spin_for(10'000'000'000ull, [&] {
+      ++looks_while_off;
+      return false;
+    });
+  });
+  spinner.join();
+  busy.join();
+  MESSAGE(yields << " yields until spins went off");
+  REQUIRE(pin_failures == 0);
+  CHECK(turned_off);
+  CHECK_FALSE(allowed_after);
+  CHECK_FALSE(spun);
+  CHECK(looks_while_off == 1);
+  // Once the core is quiet again, spins come back after spins_off_ns.
+  std::this_thread::sleep_for(std::chrono::nanoseconds(spins_off_ns) + 100ms);
+  CHECK(spins_allowed());
+  unsigned looks = 0;
+  CHECK(spin_for(1'000'000'000ull, [&] { return ++looks == 100; }));
 }

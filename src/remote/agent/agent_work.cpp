@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/device.hpp"
+#include "core/spin.hpp"
 #include "remote/io/guard.hpp"
 #include "remote/job/work_counters.hpp"
 #include "remote/limits.hpp"
@@ -837,11 +838,12 @@ void AgentWork::poll_running() {
     uv_idle_stop(&idle_);
     return;
   }
-  if (now_us() - poll_since_us_ < completion_poll_us()) {
-    // The thread that publishes the work's end (a device's completion thread or worker) may share
-    // this core, as in an agent confined to one CPU: let it run before polling again. With nothing
-    // else to run, this returns at once.
-    sched_yield();
+  // The thread that publishes the work's end (a device's completion thread or worker) may share
+  // this core, as in an agent confined to one CPU: let it run before polling again. With nothing
+  // else to run, this returns at once; late (a contended core), or while spins are off, the helper
+  // sleeps on the work instead.
+  if (now_us() - poll_since_us_ < completion_poll_us() && rig::detail::spins_allowed() &&
+      rig::detail::yield_for_spin()) {
     return;
   }
   // Long work: stop polling and let the helper thread sleep on the timeline and wake the loop.

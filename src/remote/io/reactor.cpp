@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/spin.hpp"
 #include "remote/limits.hpp"
 
 namespace rig::remote {
@@ -110,7 +111,9 @@ void Reactor::stop() noexcept {
 }
 
 void Reactor::note_activity() noexcept {
-  if (spin_ns_ == 0 || stopping_) return;
+  // No poll on a contended core (rig::detail::yield_for_spin): the loop sleeps in epoll, so that
+  // its socket's data wakes it and takes the core back.
+  if (spin_ns_ == 0 || stopping_ || !rig::detail::spins_allowed()) return;
   spin_until_ns_ = uv_hrtime() + spin_ns_;
   if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&spin_))) {
     polling_.store(1, std::memory_order_relaxed);
@@ -134,8 +137,9 @@ void Reactor::on_spin(uv_idle_t* handle) noexcept {
   }
   // What the loop waits for may need this very core (the thread that submits, or the peer's
   // process when both ends share a core): let any such thread run before polling again. With
-  // nothing else to run, this returns at once.
-  sched_yield();
+  // nothing else to run, this returns at once; late, the core is contended: the poll ends at its
+  // next turn.
+  if (!rig::detail::yield_for_spin()) r->spin_until_ns_ = 0;
 }
 
 void Reactor::soon(std::function<void()> fn) {
