@@ -31,9 +31,10 @@ inline void cpu_relax() noexcept {
 inline constexpr unsigned spin_looks_per_yield = 16;
 
 // The process's view of its cores' contention (yield_for_spin): until when (steady clock, ns since
-// its epoch) every spin and poll is off, and the late yields of the current window. Process-wide,
-// as the threads that spin for one another share cores; relaxed and approximate, as a lost count
-// only delays the verdict by one late yield.
+// its epoch) every spin and poll is off, and the late yields of the current window. Owner: the
+// process (static storage, so a signal handler's wait may read it). Threads: any, relaxed: the
+// threads that spin for one another share cores, and a count lost to a race only delays the
+// verdict by one late yield.
 struct SpinContention {
   std::atomic<std::int64_t> off_until_ns{0};
   std::atomic<std::int64_t> window_start_ns{0};
