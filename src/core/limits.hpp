@@ -11,6 +11,11 @@ namespace rig::detail {
 // A waiter spins this long on a timeline word before it sleeps: waking a sleeping thread costs
 // about 80 us on the small VMs we run on, so a short spin catches fast work at a small cost in CPU.
 inline constexpr std::uint64_t wait_spin_ns = 20'000;
+// Sleepers of one timeline that each get a futex word of their own, woken only by the publish that
+// reaches their value (core/timeline.hpp); more sleep on the shared word, woken by every publish.
+// Several threads submitting to one device and waiting is the case this serves; 8 covers the
+// submitting threads of a controller of its cores, at 16 bytes each.
+inline constexpr std::size_t timeline_sleeper_slots = 8;
 // A spin's yield that comes back this late means another thread of the machine held the core for
 // a time slice (a busy neighbour: a compile, another job), or the machine itself was paused (a
 // VM's vCPU preempted by its host). Far above a peer's turn on a shared core (tens of

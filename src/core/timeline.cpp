@@ -21,26 +21,53 @@ void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected) noexce
           nullptr, 0);
 }
 
-void futex_wake(std::atomic<std::uint32_t>* word) noexcept {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+void futex_wake(std::atomic<std::uint32_t>* word, int waiters) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, waiters, nullptr,
           nullptr, 0);
 }
 
 }  // namespace
 
+// Every order below is sequentially consistent: a sleeper announces itself (a slot's value, the
+// shared count) and then reads the word; a publisher stores the word and then reads the
+// announcements. In the one total order either the publisher sees the sleeper or the sleeper sees
+// the word, so no sleeper misses the publish that reaches its value.
+
 void Timeline::publish(std::uint64_t value) noexcept {
   std::uint64_t cur = word_.load(std::memory_order_relaxed);
-  while (cur < value && !word_.compare_exchange_weak(cur, value, std::memory_order_release,
+  while (cur < value && !word_.compare_exchange_weak(cur, value, std::memory_order_seq_cst,
                                                      std::memory_order_relaxed)) {
   }
-  wake_all();
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const std::uint64_t reached = word_.load(std::memory_order_relaxed);
+  if (slotted_.load(std::memory_order_seq_cst) != 0) wake_slots(reached, false);
+  seq_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake(&seq_, INT_MAX);
+}
+
+void Timeline::wake_slots(std::uint64_t reached, bool all) const noexcept {
+  for (Slot& s : slots_) {
+    if (all) {
+      if (s.want.load(std::memory_order_seq_cst) == 0) continue;
+    } else {
+      // Marked woken as it is woken, so that the publishes that follow before the sleeper runs
+      // make no futex call for it; a sleeper that finds its value unreached marks itself again.
+      std::uint64_t want = s.want.load(std::memory_order_seq_cst);
+      while (want != 0 && want != woken && want <= reached &&
+             !s.want.compare_exchange_weak(want, woken, std::memory_order_seq_cst)) {
+      }
+      if (want == 0 || want == woken || want > reached) continue;
+    }
+    s.seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&s.seq, 1);
+  }
 }
 
 void Timeline::wake_all() noexcept {
-  // The sequence bump orders after the word's store; a waiter that registered as a sleeper before
-  // our load of sleepers_ either sees the new sequence in its futex call or is woken here.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake_slots(0, true);
   seq_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake(&seq_);
+  futex_wake(&seq_, INT_MAX);
 }
 
 void Timeline::wait(std::uint64_t value) const {
@@ -51,9 +78,44 @@ void Timeline::wait(std::uint64_t value) const {
       })) {
     return;
   }
+  // 0 and `woken` mean something else in a slot; no device reaches either as a value to wait for.
+  if (value == 0 || value == woken) {
+    sleep_shared(value);
+    return;
+  }
+  slotted_.fetch_add(1, std::memory_order_seq_cst);
+  for (Slot& s : slots_) {
+    std::uint64_t free = 0;
+    if (s.want.compare_exchange_strong(free, value, std::memory_order_seq_cst)) {
+      sleep_in(s, value);
+      return;
+    }
+  }
+  slotted_.fetch_sub(1, std::memory_order_seq_cst);
+  sleep_shared(value);
+}
+
+void Timeline::sleep_in(Slot& slot, std::uint64_t value) const {
+  const auto leave = [&] {
+    slot.want.store(0, std::memory_order_seq_cst);
+    slotted_.fetch_sub(1, std::memory_order_seq_cst);
+  };
+  for (;;) {
+    const std::uint32_t seq = slot.seq.load(std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (lost() || reached() >= value) break;
+    futex_wait(&slot.seq, seq);
+    slot.want.store(value, std::memory_order_seq_cst);  // woken early (or marked woken): again
+  }
+  leave();
+  check();
+}
+
+void Timeline::sleep_shared(std::uint64_t value) const {
   for (;;) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     const std::uint32_t seq = seq_.load(std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     const bool done = lost() || reached() >= value;
     if (!done) futex_wait(&seq_, seq);
     sleepers_.fetch_sub(1, std::memory_order_relaxed);

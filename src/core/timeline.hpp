@@ -6,15 +6,20 @@
 #include <string>
 
 #include "core/first_cause.hpp"
+#include "core/limits.hpp"
 
 namespace rig::detail {
 
 // Owner: the DeviceCore it belongs to. Threads: published by the device's completion path, read and
 // waited on by any thread. Lifetime: the device's.
 //
-// The 64-bit word only grows. Publishing stores it with release order; waiters spin briefly, then
-// sleep on a 32-bit sequence (a futex) that every publish and the loss bump, so a loss wakes every
-// sleeper even though the word itself does not move.
+// The 64-bit word only grows. Waiters spin briefly, then sleep. A sleeper takes a slot of its own
+// (the value it waits for and a futex word), so that a publish wakes only the sleepers whose value
+// it reached: threads waiting on one device for successive values were all woken by every
+// publish, and each but one went back to sleep (3 futex waits per submission, 4 threads
+// submitting to one remote device). With every slot taken, a sleeper sleeps on the shared
+// sequence instead, which every publish bumps and wakes. A loss wakes every sleeper of both kinds
+// even though the word itself does not move.
 class Timeline {
  public:
   std::uint64_t reached() const noexcept { return word_.load(std::memory_order_acquire); }
@@ -37,12 +42,25 @@ class Timeline {
   void check() const;
 
  private:
+  // One sleeper's slot: the value it waits for (0: free; `woken`: woken already, not yet gone)
+  // and the futex word it sleeps on. No timeline's value reaches `woken`.
+  static constexpr std::uint64_t woken = ~std::uint64_t{0};
+  struct Slot {
+    std::atomic<std::uint64_t> want{0};
+    std::atomic<std::uint32_t> seq{0};
+  };
+  // Wakes the slotted sleepers whose value `reached` covers; every one of them when `all`.
+  void wake_slots(std::uint64_t reached, bool all) const noexcept;
   void wake_all() noexcept;
+  void sleep_in(Slot& slot, std::uint64_t value) const;
+  void sleep_shared(std::uint64_t value) const;
 
   std::atomic<std::uint64_t> word_{0};
-  mutable std::atomic<std::uint32_t> seq_{0};
-  mutable std::atomic<std::uint32_t> sleepers_{0};
-  FirstCause why_;  // set once, read without a lock
+  mutable Slot slots_[timeline_sleeper_slots];
+  mutable std::atomic<std::uint32_t> slotted_{0};   // slots taken
+  mutable std::atomic<std::uint32_t> seq_{0};       // the shared sequence
+  mutable std::atomic<std::uint32_t> sleepers_{0};  // sleepers on the shared sequence
+  FirstCause why_;                                  // set once, read without a lock
 };
 
 }  // namespace rig::detail

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -76,6 +77,67 @@ TEST_CASE("many publishers and waiters never miss a wake-up") {
   for (std::uint64_t v = 1; v <= last; ++v) t.publish(v);
   for (auto& w : waiters) w.join();
   CHECK(t.reached() == last);
+}
+
+// Times the calling thread gave up its core to sleep (each futex sleep is one).
+long sleeps_of_this_thread() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nvcsw;
+}
+
+TEST_CASE("a publish wakes only the sleepers whose value it reaches") {
+  // Threads waiting on one device for successive values: each publish below a sleeper's value
+  // must leave it asleep, not wake it to find its value unreached and sleep again.
+  Timeline t;
+  constexpr int sleepers = 4;
+  constexpr std::uint64_t below = 200;  // publishes that reach no sleeper's value
+  std::atomic<long> woken[sleepers];
+  std::vector<std::thread> waiters;
+  for (int w = 0; w < sleepers; ++w) {
+    waiters.emplace_back([&, w] {
+      const long before = sleeps_of_this_thread();
+      t.wait(below + 1 + static_cast<std::uint64_t>(w));
+      woken[w] = sleeps_of_this_thread() - before;
+    });
+  }
+  std::this_thread::sleep_for(20ms);  // past the spins: every waiter sleeps
+  for (std::uint64_t v = 1; v <= below; ++v) {
+    t.publish(v);
+    std::this_thread::sleep_for(200us);  // time for a woken waiter to go back to sleep
+  }
+  t.publish(below + sleepers);
+  for (auto& w : waiters) w.join();
+  for (int w = 0; w < sleepers; ++w) {
+    // One sleep, and a few for the test's own start (thread creation, the page faults of a
+    // first run); a sleeper woken by every publish sleeps about `below` times.
+    CHECK(woken[w].load() < 10);
+  }
+}
+
+TEST_CASE("more sleepers than a timeline has slots all wake, each at its value") {
+  Timeline t;
+  constexpr int sleepers = static_cast<int>(rig::detail::timeline_sleeper_slots) * 2 + 3;
+  std::atomic<int> done{0};
+  std::vector<std::thread> waiters;
+  for (int w = 0; w < sleepers; ++w) {
+    waiters.emplace_back([&, w] {
+      t.wait(static_cast<std::uint64_t>(w) + 1);
+      CHECK(t.reached() >= static_cast<std::uint64_t>(w) + 1);
+      ++done;
+    });
+  }
+  std::this_thread::sleep_for(30ms);
+  for (int w = 0; w < sleepers; ++w) {
+    CHECK(done.load() <= w);  // nobody woke before its value
+    t.publish(static_cast<std::uint64_t>(w) + 1);
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    while (done.load() < w + 1 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(100us);
+    }
+    CHECK(done.load() == w + 1);
+  }
+  for (auto& w : waiters) w.join();
 }
 
 TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet core keeps them") {
