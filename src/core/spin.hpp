@@ -81,6 +81,48 @@ inline bool yield_for_spin() noexcept {
   return false;
 }
 
+// A turn to spin: spin_for takes one for its whole spin. The process spins on at most one fewer
+// threads at once than the CPUs the spinning thread may use (at least one), so that the thread a
+// spin waits for (the loop, a worker) keeps a CPU. Measured on the VM with the controller confined
+// to one CPU, 4 threads submitting to one device and waiting: while every waiter spun, each
+// yield handed the CPU to another spinner instead of the loop (0.8 sched_yield per submission);
+// with one spinner and the others asleep until their value is reached (core/timeline.hpp), the
+// 4 threads made 175k/s where they made 157k/s (one core), 203k/s where 178k/s (across cores).
+// A thread refused a turn makes one look and then sleeps, as when spins are off. Owner: the
+// caller's stack frame; the count is the process's (static storage, a signal handler may wait).
+class SpinTurn {
+ public:
+  SpinTurn() noexcept {
+    granted_ = spinners().fetch_add(1, std::memory_order_relaxed) < spinners_max();
+    if (!granted_) spinners().fetch_sub(1, std::memory_order_relaxed);
+  }
+  ~SpinTurn() {
+    if (granted_) spinners().fetch_sub(1, std::memory_order_relaxed);
+  }
+  SpinTurn(const SpinTurn&) = delete;
+  SpinTurn& operator=(const SpinTurn&) = delete;
+  explicit operator bool() const noexcept { return granted_; }
+
+ private:
+  static std::atomic<unsigned>& spinners() noexcept {
+    static std::atomic<unsigned> count{0};
+    return count;
+  }
+  // Read once per thread (a system call): a thread's CPUs seldom change, and a stale count only
+  // lets one spinner too many, or too few, run.
+  static unsigned spinners_max() noexcept {
+    thread_local unsigned cpus = 0;
+    if (cpus == 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+      if (cpus == 0) cpus = 1;
+    }
+    return cpus > 1 ? cpus - 1 : 1;
+  }
+  bool granted_ = false;
+};
+
 // Calls `done` until it returns true (then true) or `budget_ns` has passed (false), with a pause
 // between looks and a yield (yield_for_spin) at each reading of the clock. The thread that
 // publishes what the spin waits for (a loop thread, a device's worker) may share this core, as
@@ -91,6 +133,8 @@ inline bool yield_for_spin() noexcept {
 template <typename Done>
 bool spin_for(std::uint64_t budget_ns, Done&& done) {
   if (budget_ns == 0 || !spins_allowed()) return done();
+  const SpinTurn turn;
+  if (!turn) return done();
   const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget_ns);
   for (unsigned look = 1;; ++look) {
     if (done()) return true;

@@ -190,3 +190,62 @@ TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet cor
   unsigned looks = 0;
   CHECK(spin_for(1'000'000'000ull, [&] { return ++looks == 100; }));
 }
+
+TEST_CASE("a process confined to one CPU spins on one thread at a time; the others look once") {
+  using namespace rig::detail;
+  // A spin that holds the CPU's only turn: a second spinner on the same CPU would only take the
+  // CPU from the thread both wait for, so it makes one look and goes on (to sleep, in a wait).
+  const int cpu = sched_getcpu();
+  REQUIRE(cpu >= 0);
+  std::atomic<int> pin_failures{0};
+  const auto pin = [cpu, &pin_failures] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) ++pin_failures;
+  };
+  const auto give_up = std::chrono::steady_clock::now() + 3s;
+  while (!spins_allowed() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(10ms);  // an earlier test's contended core turned them off
+  }
+  REQUIRE(spins_allowed());
+  std::atomic<bool> spinning{false}, stop{false};
+  std::thread first([&] {
+    pin();
+    spin_for(10'000'000'000ull, [&] {
+      spinning = true;
+      return stop.load();
+    });
+  });
+  while (!spinning) std::this_thread::sleep_for(1ms);
+  unsigned looks = 0;
+  bool spun = true, allowed = false;
+  std::chrono::steady_clock::duration took{};
+  std::thread second([&] {
+    pin();
+    const auto start = std::chrono::steady_clock::now();
+    spun = spin_for(2'000'000'000ull, [&] {
+      ++looks;
+      return false;
+    });
+    took = std::chrono::steady_clock::now() - start;
+    allowed = spins_allowed();  // the refusal was the turn's, not a contended core's
+  });
+  second.join();
+  stop = true;
+  first.join();
+  REQUIRE(pin_failures == 0);
+  CHECK(allowed);
+  CHECK_FALSE(spun);
+  CHECK(looks == 1);
+  CHECK(took < 500ms);
+  // The turn is free again once the first spin has ended.
+  unsigned again = 0;
+  std::thread third([&] {
+    pin();
+    spun = spin_for(1'000'000'000ull, [&] { return ++again == 100; });
+  });
+  third.join();
+  CHECK(spun);
+  CHECK(again == 100);
+}
