@@ -140,28 +140,34 @@ TEST_CASE("more sleepers than a timeline has slots all wake, each at its value")
   for (auto& w : waiters) w.join();
 }
 
-TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet core keeps them") {
-  using namespace rig::detail;
-  // This thread and a busy loop share one CPU: each yield gives the loop its time slice.
+// The CPU the constructing thread runs on, to which pin() confines the threads that call it;
+// counts those it could not confine.
+struct OneCpu {
   const int cpu = sched_getcpu();
-  REQUIRE(cpu >= 0);
-  std::atomic<int> pin_failures{0};
-  const auto pin = [cpu, &pin_failures] {
+  std::atomic<int> failures{0};
+  void pin() {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) ++pin_failures;
-  };
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) ++failures;
+  }
+};
+
+TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet core keeps them") {
+  using namespace rig::detail;
+  // This thread and a busy loop share one CPU: each yield gives the loop its time slice.
+  OneCpu one;
+  REQUIRE(one.cpu >= 0);
   std::atomic<bool> stop{false};
   std::thread busy([&] {
-    pin();
+    one.pin();
     while (!stop.load(std::memory_order_relaxed)) {
     }
   });
   bool turned_off = false, allowed_after = true, spun = true;
   unsigned yields = 0, looks_while_off = 0;
   std::thread spinner([&] {
-    pin();
+    one.pin();
     // Within a few time slices the late yields make the verdict (late_yields_contended of them).
     const auto give_up = std::chrono::steady_clock::now() + 10s;
     while (!turned_off && std::chrono::steady_clock::now() < give_up) {
@@ -179,7 +185,7 @@ TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet cor
   spinner.join();
   busy.join();
   MESSAGE(yields << " yields until spins went off");
-  REQUIRE(pin_failures == 0);
+  REQUIRE(one.failures == 0);
   CHECK(turned_off);
   CHECK_FALSE(allowed_after);
   CHECK_FALSE(spun);
@@ -195,15 +201,8 @@ TEST_CASE("a process confined to one CPU spins on one thread at a time; the othe
   using namespace rig::detail;
   // A spin that holds the CPU's only turn: a second spinner on the same CPU would only take the
   // CPU from the thread both wait for, so it makes one look and goes on (to sleep, in a wait).
-  const int cpu = sched_getcpu();
-  REQUIRE(cpu >= 0);
-  std::atomic<int> pin_failures{0};
-  const auto pin = [cpu, &pin_failures] {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) ++pin_failures;
-  };
+  OneCpu one;
+  REQUIRE(one.cpu >= 0);
   const auto give_up = std::chrono::steady_clock::now() + 3s;
   while (!spins_allowed() && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(10ms);  // an earlier test's contended core turned them off
@@ -211,7 +210,7 @@ TEST_CASE("a process confined to one CPU spins on one thread at a time; the othe
   REQUIRE(spins_allowed());
   std::atomic<bool> spinning{false}, stop{false};
   std::thread first([&] {
-    pin();
+    one.pin();
     spin_for(10'000'000'000ull, [&] {
       spinning = true;
       return stop.load();
@@ -222,7 +221,7 @@ TEST_CASE("a process confined to one CPU spins on one thread at a time; the othe
   bool spun = true, allowed = false;
   std::chrono::steady_clock::duration took{};
   std::thread second([&] {
-    pin();
+    one.pin();
     const auto start = std::chrono::steady_clock::now();
     spun = spin_for(2'000'000'000ull, [&] {
       ++looks;
@@ -234,7 +233,7 @@ TEST_CASE("a process confined to one CPU spins on one thread at a time; the othe
   second.join();
   stop = true;
   first.join();
-  REQUIRE(pin_failures == 0);
+  REQUIRE(one.failures == 0);
   CHECK(allowed);
   CHECK_FALSE(spun);
   CHECK(looks == 1);
@@ -242,7 +241,7 @@ TEST_CASE("a process confined to one CPU spins on one thread at a time; the othe
   // The turn is free again once the first spin has ended.
   unsigned again = 0;
   std::thread third([&] {
-    pin();
+    one.pin();
     spun = spin_for(1'000'000'000ull, [&] { return ++again == 100; });
   });
   third.join();
