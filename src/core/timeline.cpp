@@ -28,44 +28,48 @@ void futex_wake(std::atomic<std::uint32_t>* word, int waiters) noexcept {
 
 }  // namespace
 
-// Every order below is sequentially consistent: a sleeper announces itself (a slot's value, the
-// shared count) and then reads the word; a publisher stores the word and then reads the
-// announcements. In the one total order either the publisher sees the sleeper or the sleeper sees
-// the word, so no sleeper misses the publish that reaches its value.
+// A publish and a slotted sleeper decide on two different words: the sleeper announces its value
+// and then reads the timeline's word, the publisher stores the word and then reads the values.
+// Every one of those accesses is sequentially consistent, so in their one total order either the
+// publisher sees the value or the sleeper sees the word: no sleeper misses the publish that
+// reaches it. (No fences: GCC's ThreadSanitizer does not take them.) A sleeper then waits on its
+// slot's futex word with the sequence it read before looking, so a wake-up in between is never
+// lost either.
 
 void Timeline::publish(std::uint64_t value) noexcept {
   std::uint64_t cur = word_.load(std::memory_order_relaxed);
   while (cur < value && !word_.compare_exchange_weak(cur, value, std::memory_order_seq_cst,
                                                      std::memory_order_relaxed)) {
   }
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const std::uint64_t reached = word_.load(std::memory_order_relaxed);
-  if (slotted_.load(std::memory_order_seq_cst) != 0) wake_slots(reached, false);
+  if (slotted_.load(std::memory_order_seq_cst) != 0) {
+    wake_slots(word_.load(std::memory_order_seq_cst));
+  }
   seq_.fetch_add(1, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake(&seq_, INT_MAX);
 }
 
-void Timeline::wake_slots(std::uint64_t reached, bool all) const noexcept {
+void Timeline::wake_slots(std::uint64_t reached) const noexcept {
   for (Slot& s : slots_) {
-    if (all) {
-      if (s.want.load(std::memory_order_seq_cst) == 0) continue;
-    } else {
-      // Marked woken as it is woken, so that the publishes that follow before the sleeper runs
-      // make no futex call for it; a sleeper that finds its value unreached marks itself again.
-      std::uint64_t want = s.want.load(std::memory_order_seq_cst);
-      while (want != 0 && want != woken && want <= reached &&
-             !s.want.compare_exchange_weak(want, woken, std::memory_order_seq_cst)) {
-      }
-      if (want == 0 || want == woken || want > reached) continue;
+    // Marked woken as it is woken, so that the publishes that follow before the sleeper runs
+    // make no futex call for it; a sleeper that finds its value unreached marks itself again.
+    std::uint64_t want = s.want.load(std::memory_order_seq_cst);
+    while (want != 0 && want != woken && want <= reached &&
+           !s.want.compare_exchange_weak(want, woken, std::memory_order_seq_cst)) {
     }
+    if (want == 0 || want == woken || want > reached) continue;
     s.seq.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(&s.seq, 1);
   }
 }
 
 void Timeline::wake_all() noexcept {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  wake_slots(0, true);
+  // Every slot's futex word moves, taken or not, after the cause was recorded: a sleeper that read
+  // its sequence before the bump finds it moved (or is woken), one that read it after sees the
+  // cause, which the bump's release carries. So the loss needs no order against the slots' values.
+  for (Slot& s : slots_) {
+    s.seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&s.seq, INT_MAX);
+  }
   seq_.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&seq_, INT_MAX);
 }
@@ -102,8 +106,7 @@ void Timeline::sleep_in(Slot& slot, std::uint64_t value) const {
   };
   for (;;) {
     const std::uint32_t seq = slot.seq.load(std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (lost() || reached() >= value) break;
+    if (lost() || word_.load(std::memory_order_seq_cst) >= value) break;
     futex_wait(&slot.seq, seq);
     slot.want.store(value, std::memory_order_seq_cst);  // woken early (or marked woken): again
   }
@@ -115,7 +118,6 @@ void Timeline::sleep_shared(std::uint64_t value) const {
   for (;;) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     const std::uint32_t seq = seq_.load(std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
     const bool done = lost() || reached() >= value;
     if (!done) futex_wait(&seq_, seq);
     sleepers_.fetch_sub(1, std::memory_order_relaxed);

@@ -49,8 +49,8 @@ class Timeline {
     std::atomic<std::uint64_t> want{0};
     std::atomic<std::uint32_t> seq{0};
   };
-  // Wakes the slotted sleepers whose value `reached` covers; every one of them when `all`.
-  void wake_slots(std::uint64_t reached, bool all) const noexcept;
+  // Wakes the slotted sleepers whose value `reached` covers.
+  void wake_slots(std::uint64_t reached) const noexcept;
   void wake_all() noexcept;
   void sleep_in(Slot& slot, std::uint64_t value) const;
   void sleep_shared(std::uint64_t value) const;
