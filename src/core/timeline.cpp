@@ -49,16 +49,20 @@ void Timeline::publish(std::uint64_t value) noexcept {
 }
 
 void Timeline::wake_slots(std::uint64_t reached) const noexcept {
+  // A slot is marked woken as it is woken, so that the publishes that follow before its sleeper
+  // runs make no futex call for it; a sleeper that finds its value unreached marks itself again.
+  const auto due = [reached](std::uint64_t want) {
+    return want != 0 && want != woken && want <= reached;
+  };
   for (Slot& s : slots_) {
-    // Marked woken as it is woken, so that the publishes that follow before the sleeper runs
-    // make no futex call for it; a sleeper that finds its value unreached marks itself again.
     std::uint64_t want = s.want.load(std::memory_order_seq_cst);
-    while (want != 0 && want != woken && want <= reached &&
-           !s.want.compare_exchange_weak(want, woken, std::memory_order_seq_cst)) {
+    while (due(want)) {
+      if (s.want.compare_exchange_weak(want, woken, std::memory_order_seq_cst)) {
+        s.seq.fetch_add(1, std::memory_order_seq_cst);
+        futex_wake(&s.seq, 1);
+        break;
+      }
     }
-    if (want == 0 || want == woken || want > reached) continue;
-    s.seq.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(&s.seq, 1);
   }
 }
 
@@ -100,17 +104,14 @@ void Timeline::wait(std::uint64_t value) const {
 }
 
 void Timeline::sleep_in(Slot& slot, std::uint64_t value) const {
-  const auto leave = [&] {
-    slot.want.store(0, std::memory_order_seq_cst);
-    slotted_.fetch_sub(1, std::memory_order_seq_cst);
-  };
   for (;;) {
     const std::uint32_t seq = slot.seq.load(std::memory_order_seq_cst);
     if (lost() || word_.load(std::memory_order_seq_cst) >= value) break;
     futex_wait(&slot.seq, seq);
     slot.want.store(value, std::memory_order_seq_cst);  // woken early (or marked woken): again
   }
-  leave();
+  slot.want.store(0, std::memory_order_seq_cst);  // the slot is free again
+  slotted_.fetch_sub(1, std::memory_order_seq_cst);
   check();
 }
 
