@@ -6,9 +6,10 @@
 #
 # Parts: the fake-driver tests (as CI runs them, locally and through a rigd), the GPU tests, the
 # trapping kernel (in a process of its own: it breaks its context for good), the figures twice:
-# with the completion poll budget in force, and with RIG_CUDA_POLL_NS=0 (every completion through
-# the blocking wait); then the GPU tests and figures through a rigd on 127.0.0.1 (port 0), which
-# this process uses as the controller, each remote figure beside the local one of the same run.
+# with the completion poll budget in force, and with RIG_CUDA_POLL_NS=0 (every completion found by
+# the looks between sleeps); then the GPU tests and figures through a rigd on 127.0.0.1 (port 0),
+# which this process uses as the controller, each remote figure beside the local one of the same
+# run.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$rig_root"
@@ -50,7 +51,7 @@ part "fake driver through rigd" env RIG_TEST_FAKE_CUDA="$tests/libfake_cuda.so" 
 part "gpu" "$tests/test_cuda_gpu" --test-case-exclude='*trap*,*figures*'
 part "gpu trap" "$tests/test_cuda_gpu" --test-case='*trap*'
 part "gpu figures" "$tests/test_cuda_gpu" --test-case='*figures*'
-part "gpu figures, wake-up only" env RIG_CUDA_POLL_NS=0 "$tests/test_cuda_gpu" \
+part "gpu figures, no poll" env RIG_CUDA_POLL_NS=0 "$tests/test_cuda_gpu" \
   --test-case='*figures*'
 part "gpu through rigd" "$remote_tests/test_remote_gpu" --test-case-exclude='*figures*'
 part "gpu through rigd, figures" "$remote_tests/test_remote_gpu" --test-case='*figures*'

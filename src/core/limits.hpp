@@ -56,17 +56,29 @@ inline constexpr Tunable sim_latency_us_tunable{"RIG_SIM_LATENCY_US", "a time in
 inline constexpr std::uint64_t sim_seed_default = 1;
 inline constexpr Tunable sim_seed_tunable{"RIG_SIM_SEED", "a seed", sim_seed_default, UINT64_MAX};
 
-// How long the CUDA backend polls for the end of work before a completion thread blocks in
-// cuEventSynchronize (which sleeps: events are made with CU_EVENT_BLOCKING_SYNC), and how long it
-// watches for new work after the last before it sleeps on its condition variable. On an H200 a
-// polled 64 B copy completes in about 7 us, while waking a sleeping thread costs several
-// microseconds and a host-function wake-up 19-59 us; a poll of a few tens of microseconds catches
-// small, back-to-back work early without burning a core on long work or on an idle device.
-// RIG_CUDA_POLL_NS overrides it (0: never poll), for the benchmark that compares the two.
+// How long the CUDA backend polls for the end of work before a completion thread looks only
+// between sleeps (below), and how long it watches for new work after the last before it sleeps on
+// its condition variable. On an H200 a polled 64 B copy completes in about 7 us, while waking a
+// sleeping thread costs several microseconds and a host-function wake-up 19-59 us; a poll of a few
+// tens of microseconds catches small, back-to-back work early without burning a core on long work
+// or on an idle device. RIG_CUDA_POLL_NS overrides it (0: no poll, every look after a sleep), for
+// the benchmark that compares the two.
 inline constexpr std::uint64_t cuda_poll_ns_default = 50'000;
 inline constexpr std::uint64_t cuda_poll_ns_max = 1'000'000'000;
 inline constexpr Tunable cuda_poll_ns_tunable{"RIG_CUDA_POLL_NS", "a time in nanoseconds",
                                               cuda_poll_ns_default, cuda_poll_ns_max};
+
+// After the poll, a CUDA engine's thread looks at the work again after each sleep, every sleep this
+// share of the time it has waited so far, within the bounds below: work is found done at most an
+// eighth of its time late (plus one shortest sleep), and work of a second costs about 1,000 looks
+// once the sleeps reach their longest. Not a blocking wait in the driver: that needs events made
+// with CU_EVENT_BLOCKING_SYNC, which cost an interrupt at every work (backends/cuda/engine.hpp).
+inline constexpr std::uint64_t cuda_sleep_share = 8;
+inline constexpr std::uint64_t cuda_sleep_ns_min = 20'000;
+inline constexpr std::uint64_t cuda_sleep_ns_max = 1'000'000;
+// The timer slack of the engine's threads, whose sleeps above would otherwise each be stretched by
+// the kernel's default of 50 us.
+inline constexpr unsigned long cuda_timer_slack_ns = 1'000;
 
 // Every tunable above, for a program's check at its start (rigd's).
 inline constexpr Tunable core_tunables[] = {sim_devices_tunable, sim_latency_us_tunable,

@@ -14,7 +14,7 @@ void linger(const Engine& e, std::uint64_t seen) {
 }  // namespace
 
 void completion_loop(std::shared_ptr<Engine> e) {
-  e->api.cuCtxSetCurrent.fn(e->gpu.context);
+  start_engine_thread(*e);
   std::uint64_t completed = 0;
   for (;;) {
     linger(*e, completed);

@@ -2,16 +2,15 @@
 // the wait that polls before it sleeps.
 #include "backends/cuda/engine.hpp"
 
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "core/limits.hpp"
 
 namespace rig::backends::cuda {
-namespace {
-
-// Events rig makes: no timing (cheaper to record), and a blocking wait that sleeps instead of
-// spinning, which is what the completion thread falls back to after its poll.
-constexpr unsigned event_flags = CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC;
-
-}  // namespace
 
 Engine::Engine(const Api& a, const Gpu& g, std::weak_ptr<detail::DeviceCore> d)
     : api(a), gpu(g), device(std::move(d)) {
@@ -74,12 +73,25 @@ std::uint64_t poll_budget_ns() {
 
 Outcome wait_event(Engine& e, CUevent event) {
   CUresult r = CUDA_ERROR_NOT_READY;
-  if (spin_for(poll_budget_ns(),
-               [&] { return (r = e.api.cuEventQuery.fn(event)) != CUDA_ERROR_NOT_READY; })) {
-    if (r == CUDA_SUCCESS) return {};
-    return Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuEventQuery.name, r)};
+  const auto done = [&] { return (r = e.api.cuEventQuery.fn(event)) != CUDA_ERROR_NOT_READY; };
+  const std::int64_t since = detail::steady_ns();
+  if (!spin_for(poll_budget_ns(), done)) {
+    // Long work. A blocking wait would need a blocking-sync event, and an interrupt for every work
+    // (event_flags says what that costs): look between sleeps that grow with the wait instead.
+    while (!done()) {
+      const auto waited = static_cast<std::uint64_t>(detail::steady_ns() - since);
+      const std::uint64_t sleep_ns = std::clamp(
+          waited / detail::cuda_sleep_share, detail::cuda_sleep_ns_min, detail::cuda_sleep_ns_max);
+      std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
+    }
   }
-  return check(e.api, e.gpu.name, e.api.cuEventSynchronize, event);
+  if (r == CUDA_SUCCESS) return {};
+  return Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuEventQuery.name, r)};
+}
+
+void start_engine_thread(const Engine& e) {
+  e.api.cuCtxSetCurrent.fn(e.gpu.context);  // this thread is rig's: it keeps the context
+  prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(detail::cuda_timer_slack_ns));
 }
 
 }  // namespace rig::backends::cuda

@@ -96,10 +96,19 @@ Engine* engine_of(const detail::DeviceCore& d) noexcept;
 inline constexpr std::size_t staging_chunk_bytes = std::size_t{4} << 20;  // 4 MiB
 inline constexpr std::size_t staging_slots = 3;
 
+// The events that end each work and free each staging slot: no timing (cheaper to record), and no
+// blocking sync. An event made with CU_EVENT_BLOCKING_SYNC makes the GPU raise an interrupt each
+// time the stream reaches it, whether or not a thread ever waits on it: measured on an H200 (the
+// benchmark's 64 B copy to CUDA:0 through an agent), one interrupt per copy, all handled by one
+// core, which stalled whatever ran there (the controller, in that placement) for about 25 us and
+// made the copy 59.6-64.5 us where it takes 37.8 us without. Work that outlasts the poll is
+// waited for by looks between sleeps instead (wait_event).
+inline constexpr unsigned event_flags = CU_EVENT_DISABLE_TIMING;
+
 // How long the completion thread polls cuEventQuery for the oldest work in flight before it
-// blocks, and watches for new work before it sleeps: cuda_poll_ns_tunable (core/limits.hpp says
-// why its default), read once. The first call raises std::invalid_argument for a bad value, so
-// make_cuda_devices makes it before any thread of a device runs.
+// looks only between sleeps, and watches for new work before it sleeps: cuda_poll_ns_tunable
+// (core/limits.hpp says why its default), read once. The first call raises std::invalid_argument
+// for a bad value, so make_cuda_devices makes it before any thread of a device runs.
 std::uint64_t poll_budget_ns();
 
 // The engine's polls (the wait for an event, the watch for new work) are core/spin.hpp's spin_for:
@@ -107,8 +116,16 @@ std::uint64_t poll_budget_ns();
 using rig::detail::spin_for;
 
 // Waits for `event` on the calling thread (the feeder or the completion thread, never a submitter):
-// polls for poll_budget_ns(), then blocks. Returns CUDA_SUCCESS or the failing call's outcome.
+// polls for poll_budget_ns(), then looks again after each sleep, every sleep an eighth of the time
+// waited so far (cuda_sleep_share, within cuda_sleep_ns_min .. cuda_sleep_ns_max): work that runs
+// long is found done at most an eighth of its time late, with a few dozen looks a second at most.
+// Returns CUDA_SUCCESS or the failing call's outcome.
 Outcome wait_event(Engine& e, CUevent event);
+
+// What the feeder and the completion thread do first: take the device's context, and a timer slack
+// of cuda_timer_slack_ns, so that wait_event's shortest sleeps are not stretched to the kernel's
+// default slack (50 us).
+void start_engine_thread(const Engine& e);
 
 // The feeder and completion threads' bodies.
 void feed_loop(std::shared_ptr<Engine> e);

@@ -27,7 +27,7 @@ void order(Engine& e, const detail::Work& work, bool host_steps) {
 }  // namespace
 
 void feed_loop(std::shared_ptr<Engine> e) {
-  e->api.cuCtxSetCurrent.fn(e->gpu.context);  // this thread is rig's: it keeps the context
+  start_engine_thread(*e);
   std::deque<detail::Work> dropped;
   for (;;) {
     detail::Work work;

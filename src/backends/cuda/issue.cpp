@@ -65,8 +65,7 @@ void ensure_staging(Engine& e) {
     void* p = nullptr;
     checked(check(e.api, e.gpu.name, e.api.cuMemHostAlloc, &p, staging_chunk_bytes, 0u));
     s.memory = static_cast<std::byte*>(p);
-    checked(check(e.api, e.gpu.name, e.api.cuEventCreate, &s.done,
-                  static_cast<unsigned>(CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC)));
+    checked(check(e.api, e.gpu.name, e.api.cuEventCreate, &s.done, event_flags));
   }
 }
 

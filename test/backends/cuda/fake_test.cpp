@@ -344,23 +344,48 @@ TEST_CASE("work behind another kind of device waits for it off the submitting th
   rig::close(sim);
 }
 
-TEST_CASE("completion: polled for short work, a blocking wait for long work") {
+TEST_CASE("completion: polled for short work; long work found by looks between sleeps that grow") {
   fresh_start();
   const rig::Device d = gpus()[0];
   const Fake& fake = Fake::get();
   const rig::Image image = load_ok(d, rig::test::ptx_kernels());
   const int sync_before = fake.calls("cuEventSynchronize");
+  const int query_before = fake.calls("cuEventQuery");
   rig::Fence f{d, rig::submit(d, rig::Run{image,
                                           "spin_ns",
                                           rig::Shape::linear(1),
-                                          {rig::Arg::word(20'000'000)}})};  // 20 ms
+                                          {rig::Arg::word(200'000'000)}})};  // 200 ms
   f.wait();
-  CHECK(fake.calls("cuEventSynchronize") - sync_before >= 1);
-  const int query_before = fake.calls("cuEventQuery");
+  // No blocking wait in the driver (it needs a blocking-sync event, an interrupt per work), and no
+  // core burned: after the 50 us poll, the looks come after sleeps of an eighth of the time waited
+  // (about 60 of them in 200 ms; sleeps that stayed at their shortest would make 10,000). The poll
+  // itself looks at most once every few hundred nanoseconds.
+  CHECK(fake.calls("cuEventSynchronize") == sync_before);
+  const int looks = fake.calls("cuEventQuery") - query_before;
+  CHECK(looks >= 2);
+  CHECK(looks < 1'500);
+  const int short_before = fake.calls("cuEventQuery");
   const std::uint64_t v =
       rig::submit(d, rig::Run{image, "spin_ns", rig::Shape::linear(1), {rig::Arg::word(0)}});
   d.wait(v);
-  CHECK(fake.calls("cuEventQuery") - query_before >= 1);
+  CHECK(fake.calls("cuEventQuery") - short_before >= 1);
+}
+
+TEST_CASE("work raises no GPU interrupt: copies, staged copies and runs, each waited for") {
+  fresh_start();
+  const rig::Device d = gpus()[0];
+  const Fake& fake = Fake::get();
+  const rig::Image image = load_ok(d, rig::test::ptx_kernels());
+  const int before = fake.calls("interrupt");
+  const auto in = rig::test::pattern(64, 64);
+  for (int i = 0; i < 50; ++i) {
+    CHECK(round_trip(d, in, true) == in);   // DMA from and to pinned memory
+    CHECK(round_trip(d, in, false) == in);  // through the staging slots' events
+    d.wait(rig::submit(d, rig::Run{image, "spin_ns", rig::Shape::linear(1), {rig::Arg::word(0)}}));
+  }
+  // The fake, like a GPU, raises one for every blocking-sync event its stream reaches: with such
+  // events this would be 250 (two copies each way and a run, 50 times) or more.
+  CHECK(fake.calls("interrupt") - before == 0);
 }
 
 TEST_CASE("a trapping kernel loses its device with the CUDA error's name; the other GPU goes on") {

@@ -52,6 +52,9 @@ struct Stream;
 struct Event {
   Stream* stream = nullptr;
   std::uint64_t seq = 0;
+  // Made with CU_EVENT_BLOCKING_SYNC: as on a real GPU, reaching it raises an interrupt, counted
+  // as the call "interrupt" (rig_fake_cuda_calls), whether or not a thread waits on it.
+  bool blocking = false;
 };
 
 struct Stream {
@@ -514,11 +517,13 @@ CUresult f_cuStreamWaitEvent(CUstream h, CUevent e, unsigned int) {
   });
 }
 
-CUresult f_cuEventCreate(CUevent* e, unsigned int) {
+CUresult f_cuEventCreate(CUevent* e, unsigned int flags) {
   State& s = state();
   std::lock_guard lock(s.mu);
   if (CUresult r = enter(s, "cuEventCreate", current_ctx()); r != CUDA_SUCCESS) return r;
-  *e = reinterpret_cast<CUevent>(new Event());
+  auto* ev = new Event();
+  ev->blocking = (flags & CU_EVENT_BLOCKING_SYNC) != 0;
+  *e = reinterpret_cast<CUevent>(ev);
   return CUDA_SUCCESS;
 }
 CUresult f_cuEventDestroy(CUevent e) {
@@ -533,7 +538,12 @@ CUresult f_cuEventRecord(CUevent e, CUstream h) {
   auto* ev = reinterpret_cast<Event*>(e);
   ev->stream = st;
   ev->seq = st->queued;
-  return CUDA_SUCCESS;
+  if (!ev->blocking) return CUDA_SUCCESS;
+  return queue(s, st, [] {
+    State& s2 = state();
+    std::lock_guard l(s2.mu);
+    ++s2.calls["interrupt"];
+  });
 }
 // The outcome of a finished wait on `ev`: success, or the broken context's error, except once
 // right after a trap, when the real driver may still say success.
