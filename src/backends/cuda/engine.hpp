@@ -118,7 +118,7 @@ using rig::detail::spin_for;
 // Waits for `event` on the calling thread (the feeder or the completion thread, never a submitter):
 // polls for poll_budget_ns(), then looks again after each sleep, every sleep an eighth of the time
 // waited so far (cuda_sleep_share, within cuda_sleep_ns_min .. cuda_sleep_ns_max): work that runs
-// long is found done at most an eighth of its time late, with a few dozen looks a second at most.
+// long is found done at most an eighth of its time late, with at most a thousand looks a second.
 // Returns CUDA_SUCCESS or the failing call's outcome.
 Outcome wait_event(Engine& e, CUevent event);
 
