@@ -138,7 +138,9 @@ void Reactor::on_spin(uv_idle_t* handle) noexcept {
   // What the loop waits for may need this very core (the thread that submits, or the peer's
   // process when both ends share a core): let any such thread run before polling again. With
   // nothing else to run, this returns at once; late, the core is contended: the poll ends at its
-  // next turn.
+  // next turn. But what this turn's end writes (an answer a peer waits for) goes out first: a
+  // yield now would let another thread of this core run a slice before it.
+  if (!r->turn_end_work_.empty()) return;
   if (!rig::detail::yield_for_spin()) r->spin_until_ns_ = 0;
 }
 

@@ -98,6 +98,12 @@ class Reactor {
   // polls its sockets and queue instead of sleeping in the kernel, whose wake-up costs tens of
   // microseconds. Loop thread.
   void note_activity() noexcept;
+  // Whether the loop polls now (after activity, see note_activity): it then offers the core to
+  // other threads once every turn, so a poll of the loop's own (an agent's watch on a device) need
+  // not. Loop thread.
+  bool spinning() const noexcept {
+    return uv_is_active(reinterpret_cast<const uv_handle_t*>(&spin_)) != 0;
+  }
 
  private:
   static void on_async(uv_async_t* handle) noexcept;
