@@ -60,7 +60,6 @@ struct Entry {
   X(cuEventDestroy, 4000)           \
   X(cuEventRecord, 2000)            \
   X(cuEventQuery, 2000)             \
-  X(cuEventSynchronize, 2000)       \
   X(cuModuleLoadDataEx, 2010)       \
   X(cuModuleGetFunction, 2000)      \
   X(cuModuleUnload, 2000)           \

@@ -840,9 +840,10 @@ void AgentWork::poll_running() {
   }
   // The thread that publishes the work's end (a device's completion thread or worker) may share
   // this core, as in an agent confined to one CPU: let it run before polling again, once a turn
-  // (the loop's own poll yields at every turn while it runs; two yields a turn made that thread's
-  // publish wait for two of its slices). With nothing else to run, a yield returns at once; late
-  // (a contended core), or while spins are off, the helper sleeps on the work instead.
+  // (while the loop's own poll runs, that poll yields, after the turn's answers are written; two
+  // yields a turn made that thread's publish wait for two of its slices). With nothing else to
+  // run, a yield returns at once; late (a contended core), or while spins are off, the helper
+  // sleeps on the work instead.
   if (now_us() - poll_since_us_ < completion_poll_us() && rig::detail::spins_allowed() &&
       (reactor_.spinning() || rig::detail::yield_for_spin())) {
     return;

@@ -99,8 +99,8 @@ class Reactor {
   // microseconds. Loop thread.
   void note_activity() noexcept;
   // Whether the loop polls now (after activity, see note_activity): it then offers the core to
-  // other threads once every turn, so a poll of the loop's own (an agent's watch on a device) need
-  // not. Loop thread.
+  // other threads once a turn, once the turn's answers are written (on_spin), so a poll of the
+  // loop's own (an agent's watch on a device) need not. Loop thread.
   bool spinning() const noexcept {
     return uv_is_active(reinterpret_cast<const uv_handle_t*>(&spin_)) != 0;
   }
