@@ -137,6 +137,17 @@ class Driver {
   // loses the device.
   virtual void enqueue(Work work) = 0;
 
+  // For a thread that polls for this device's work rather than sleeping on its timeline (an
+  // agent's loop): publishes on the calling thread whatever issued work the driver can see is done
+  // without waiting, so that the poller finds it at its next look instead of after a hand-off to
+  // the driver's own thread and back (two switches of the core where they share one), and tells
+  // the driver that the caller will look again soon, so that its own thread may rest meanwhile.
+  // stop_polling says the caller will not look again (it sleeps on the timeline instead): the
+  // driver's thread takes the work back at once. Neither blocks. Drivers whose work ends only on
+  // their own threads have nothing to look at.
+  virtual void progress() noexcept {}
+  virtual void stop_polling() noexcept {}
+
   virtual Result<std::unique_ptr<Module>> load(const Program& program) = 0;
 
   // Stops taking work and drops queued work that has not started (the device is either drained,

@@ -76,6 +76,19 @@ inline constexpr Tunable cuda_poll_ns_tunable{"RIG_CUDA_POLL_NS", "a time in nan
 inline constexpr std::uint64_t cuda_sleep_share = 8;
 inline constexpr std::uint64_t cuda_sleep_ns_min = 20'000;
 inline constexpr std::uint64_t cuda_sleep_ns_max = 1'000'000;
+// How long a CUDA engine leaves the finding of finished work to a thread that polls for it itself
+// (Driver::progress: an agent's loop) after that thread's last look, its completion thread resting
+// meanwhile. Measured on an H200, a 64 B copy through an agent (bench/README.md, "Session 16"):
+// with the loop's looks added and the completion thread polling beside them as before, nothing
+// was gained where the agent had one core, and through an agent free to use any core the copy took
+// 31.8-38.0 us where it took 22.1-23.4 (the two threads querying the one event); with the
+// completion thread looking only after sleeps of 20 us, its wake-ups took the agent's core (58-59
+// us where 31-43). Resting with no wake-up: 27.5-40.9 us where 34.8-47.6 with controller and agent
+// on one core. Long enough that a poller's looks (one a turn of its loop, microseconds apart)
+// renew it with no wake-up between; a poller that stops says so (Driver::stop_polling), so the
+// lease only bounds how late work is found if one never does.
+inline constexpr std::uint64_t cuda_poll_lease_ns = 1'000'000;
+
 // The timer slack of the engine's threads, whose sleeps above would otherwise each be stretched by
 // the kernel's default of 50 us.
 inline constexpr unsigned long cuda_timer_slack_ns = 1'000;

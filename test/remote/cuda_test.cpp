@@ -7,7 +7,9 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "backends/cuda/support.hpp"
 #include "rig/program.hpp"
@@ -208,4 +210,46 @@ TEST_CASE("a trapping kernel in an agent fails the job with 719; the next job's 
   fill_and_check(d, load_ok(d, rig::test::ptx_kernels()), 3);
   CHECK_FALSE(job.failed());
   job.close();
+}
+
+TEST_CASE(
+    "an agent's loop notices its GPU's small work itself, with no hand-off to another thread") {
+  const auto key = rig::test::make_key_file("cuda-loop-looks");
+  // In the agent, an event reads as reached only to the thread that recorded it (the loop, which
+  // issues small work itself) until that thread has seen it: the completion thread's looks find
+  // nothing until then. The loop polls for a second before it hands a wait to a helper thread, so
+  // that a slow machine still finds the work within the poll.
+  const auto a = cuda_rigd(key, {"RIG_FAKE_CUDA_RECORDER_FIRST=1", "RIG_AGENT_POLL_US=1000000"});
+  auto job = start(key, *a);
+  const rig::Device d = gpus(job)[0];
+  const rig::Image image = load_ok(d, rig::test::ptx_kernels());
+  const rig::Buffer dev = rig::Buffer::make(d, 4096);
+  // Reached within 10 s, or never: a wait that hangs fails the test instead.
+  const auto reached_soon = [](const rig::Fence& f) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!f.reached() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return f.reached();
+  };
+  for (std::uint32_t i = 0; i < 50; ++i) {
+    CAPTURE(i);
+    const auto in = rig::test::pattern(64, i);
+    std::vector<std::uint8_t> out(64, 0);
+    const rig::Buffer from = rig::Buffer::borrow(const_cast<std::uint8_t*>(in.data()), 64);
+    REQUIRE(reached_soon(rig::copy(dev, from)));  // from the staging piece the bytes came into
+    REQUIRE(reached_soon(rig::copy(dev, 64, dev, 0, 64)));  // on the GPU
+    const rig::Fence back = rig::copy(rig::Buffer::borrow(out.data(), 64), 0, dev, 64, 64);
+    REQUIRE(reached_soon(back));
+    CHECK(out == in);
+  }
+  const rig::Fence ran{
+      d, rig::submit(d, rig::Run{image,
+                                 "fill_u32",
+                                 rig::Shape::linear(1, 16),
+                                 {rig::Arg::word(16), rig::Arg::word(5), rig::Arg::out(dev)}})};
+  REQUIRE(reached_soon(ran));
+  CHECK_FALSE(job.failed());
+  job.close();
+  CHECK(a->job_end(1, job_end_ms).value_or("").ends_with("job 1: closed"));
 }

@@ -1,39 +1,137 @@
-// The completion thread: learns when the oldest work in flight is done (polling, then sleeping in
-// the driver), checks that no kernel left the context broken, and publishes the work's value.
+// The completion thread: learns when the oldest work in flight is done (polling, then looking
+// between sleeps), checks that no kernel left the context broken, publishes the work's value and
+// lets the work go; and the same done by a thread that polls for its work itself (progress), while
+// the completion thread rests.
 #include "backends/cuda/engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/limits.hpp"
 
 namespace rig::backends::cuda {
 namespace {
 
 // After the last work completes, watches for the next for the poll budget before the thread goes
-// to sleep: a submitter that issues, waits and issues again then never pays for waking it.
-void linger(const Engine& e, std::uint64_t seen) {
-  spin_for(poll_budget_ns(), [&] { return e.issued.load(std::memory_order_acquire) != seen; });
+// to sleep: a submitter that issues, waits and issues again then never pays for waking it. Not
+// while a poller looks: the work is its to find.
+void linger(const Engine& e) {
+  spin_for(poll_budget_ns(), [&] {
+    return e.issued.load(std::memory_order_acquire) != e.retired.load(std::memory_order_acquire) ||
+           polled(e);
+  });
+}
+
+// Publishes the oldest work in flight if it is still the one of `value` (a poller may have
+// retired it meanwhile) and `o` is good, and lets it go; loses the device if `o` is a failure.
+// Without the lock held.
+void retire(Engine& e, std::uint64_t value, Outcome o) {
+  auto device = e.device.lock();
+  InFlight done;
+  {
+    std::lock_guard lock(e.mu);
+    if (e.inflight.empty() || e.inflight.front().value != value) return;
+    if (o && !e.stopping && device) device->timeline().publish(value);
+    done = std::move(e.inflight.front());
+    e.inflight.pop_front();
+    e.retired.fetch_add(1, std::memory_order_release);
+    e.spare_events.push_back(done.event);
+  }
+  if (!o) e.lose(o.why);
+  // Outside the lock: the work's buffers, or `device` itself, may be the last references.
+  done = InFlight{};
+  device.reset();
 }
 
 }  // namespace
 
+void progress(Engine& e) noexcept {
+  e.polled_until_ns.store(
+      detail::steady_ns() + static_cast<std::int64_t>(detail::cuda_poll_lease_ns),
+      std::memory_order_release);
+  const auto device = e.device.lock();
+  if (!device) return;
+  ContextScope scope(e.api, e.gpu.context);
+  bool stream_checked = false;
+  for (;;) {
+    InFlight done;
+    Outcome outcome;
+    {
+      // Not behind the completion thread or the feeder: they hold the lock only for a moment, and
+      // the poller looks again soon.
+      std::unique_lock lock(e.mu, std::try_to_lock);
+      if (!lock.owns_lock() || e.stopping || e.inflight.empty()) return;
+      InFlight& f = e.inflight.front();
+      const bool deps_reached = std::all_of(
+          f.work.deps.begin(), f.work.deps.end(),
+          [](const detail::Dep& dep) { return dep.device->timeline().reached() >= dep.value; });
+      if (!deps_reached) return;  // its publish waits for theirs: the completion thread's
+      const CUresult r = e.api.cuEventQuery.fn(f.event);
+      if (r == CUDA_ERROR_NOT_READY) return;
+      if (r != CUDA_SUCCESS) {
+        outcome = Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuEventQuery.name, r)};
+      } else if (f.launched && !stream_checked) {
+        // As in completion_loop: a kernel that trapped may leave its event reporting success.
+        const CUresult q = e.api.cuStreamQuery.fn(e.stream);
+        if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) {
+          outcome = Outcome{q, failure_text(e.api, e.gpu.name, e.api.cuStreamQuery.name, q)};
+        }
+        stream_checked = true;
+      }
+      // Published before it leaves the list, as order_after expects.
+      if (outcome) device->timeline().publish(f.value);
+      e.spare_events.push_back(f.event);
+      done = std::move(f);
+      e.inflight.pop_front();
+      e.retired.fetch_add(1, std::memory_order_release);
+    }
+    // Outside the lock: the work's buffers may be the last references.
+    if (!outcome) return e.lose(outcome.why);
+  }
+}
+
+void stop_polling(Engine& e) noexcept {
+  e.polled_until_ns.store(0, std::memory_order_release);
+  std::lock_guard lock(e.mu);
+  if (!e.inflight.empty()) e.inflight_cv.notify_one();
+}
+
 void completion_loop(std::shared_ptr<Engine> e) {
   start_engine_thread(*e);
-  std::uint64_t completed = 0;
   for (;;) {
-    linger(*e, completed);
+    linger(*e);
     CUevent event = nullptr;
     std::uint64_t value = 0;
     bool launched = false;
     detail::PoolVector<detail::Dep> deps;
     {
       std::unique_lock lock(e->mu);
-      e->inflight_cv.wait(lock, [&] { return e->stopping || !e->inflight.empty(); });
-      // Once stopped, work already on the GPU is still waited for before its buffers are let go.
-      if (e->inflight.empty()) break;
+      for (;;) {
+        // Once stopped, work already on the GPU is still waited for before its buffers are let go.
+        if (e->stopping) break;
+        // While a poller looks, it finds the work: rest until it stops (stop_polling wakes this
+        // thread) or its lease runs out, with no wake-up for work it is given meanwhile.
+        const std::int64_t until = e->polled_until_ns.load(std::memory_order_acquire);
+        if (detail::steady_ns() < until) {
+          e->inflight_cv.wait_until(
+              lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until)));
+          continue;
+        }
+        if (!e->inflight.empty()) break;
+        e->completion_asleep = true;
+        e->inflight_cv.wait(lock);
+        e->completion_asleep = false;
+      }
+      if (e->inflight.empty()) break;  // stopping, and nothing left
       const InFlight& f = e->inflight.front();
       event = f.event;
       value = f.value;
       launched = f.launched;
       deps = f.work.deps;
     }
-    Outcome o = wait_event(*e, event);
+    bool gave_way = false;
+    Outcome o = wait_event(*e, event, e->stopping ? nullptr : &gave_way);
+    if (gave_way) continue;  // a poller looks now; the entry is its, or ours again later
     if (o && launched) {
       // A kernel that traps can let the event after it report success while the context is
       // already broken; the stream's state says so. Work after it may still run: NOT_READY is fine.
@@ -53,20 +151,7 @@ void completion_loop(std::shared_ptr<Engine> e) {
       }
     }
     deps.clear();
-    auto device = e->device.lock();
-    InFlight done;
-    {
-      std::lock_guard lock(e->mu);
-      if (o && !e->stopping && device) device->timeline().publish(value);
-      done = std::move(e->inflight.front());
-      e->inflight.pop_front();
-      e->spare_events.push_back(done.event);
-    }
-    ++completed;
-    if (!o) e->lose(o.why);
-    // Outside the lock: the work's buffers, or `device` itself, may be the last references.
-    done = InFlight{};
-    device.reset();
+    retire(*e, value, std::move(o));
   }
   std::lock_guard lock(e->mu);
   --e->threads_running;

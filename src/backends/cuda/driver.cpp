@@ -89,6 +89,9 @@ class CudaDriver final : public detail::Driver {
     }
   }
 
+  void progress() noexcept override { cuda::progress(*e_); }
+  void stop_polling() noexcept override { cuda::stop_polling(*e_); }
+
   Result<std::unique_ptr<detail::Module>> load(const Program& program) override {
     return load_module(e_->api, e_->gpu, program);
   }

@@ -71,9 +71,16 @@ std::uint64_t poll_budget_ns() {
   return ns;
 }
 
-Outcome wait_event(Engine& e, CUevent event) {
+bool polled(const Engine& e) noexcept {
+  return detail::steady_ns() < e.polled_until_ns.load(std::memory_order_acquire);
+}
+
+Outcome wait_event(Engine& e, CUevent event, bool* gave_way) {
   CUresult r = CUDA_ERROR_NOT_READY;
-  const auto done = [&] { return (r = e.api.cuEventQuery.fn(event)) != CUDA_ERROR_NOT_READY; };
+  const auto done = [&] {
+    if (gave_way != nullptr && polled(e)) return *gave_way = true;
+    return (r = e.api.cuEventQuery.fn(event)) != CUDA_ERROR_NOT_READY;
+  };
   const std::int64_t since = detail::steady_ns();
   if (!spin_for(poll_budget_ns(), done)) {
     // Long work. A blocking wait would need a blocking-sync event, and an interrupt for every work
@@ -85,7 +92,7 @@ Outcome wait_event(Engine& e, CUevent event) {
       std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
     }
   }
-  if (r == CUDA_SUCCESS) return {};
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY) return {};  // done, or the poller's now
   return Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuEventQuery.name, r)};
 }
 

@@ -70,6 +70,14 @@ struct Engine {
   std::deque<InFlight> inflight;        // issued, in value order
   // Works ever put in flight; read without the lock by the completion thread while it spins.
   std::atomic<std::uint64_t> issued{0};
+  // Works ever let go (by the completion thread or a poller); written under mu, read without.
+  std::atomic<std::uint64_t> retired{0};
+  // Until when (steady ns) a thread that polls for the work itself (progress) finds finished work,
+  // and the completion thread rests: renewed at each of its looks, cleared by stop_polling.
+  std::atomic<std::int64_t> polled_until_ns{0};
+  // The completion thread sleeps with no deadline (nothing in flight and no poller): work put in
+  // flight must wake it. Under mu.
+  bool completion_asleep = false;
   std::vector<CUevent> spare_events;
   bool stopping = false;
   int threads_running = 0;
@@ -119,13 +127,26 @@ using rig::detail::spin_for;
 // polls for poll_budget_ns(), then looks again after each sleep, every sleep an eighth of the time
 // waited so far (cuda_sleep_share, within cuda_sleep_ns_min .. cuda_sleep_ns_max): work that runs
 // long is found done at most an eighth of its time late, with at most a thousand looks a second.
-// Returns CUDA_SUCCESS or the failing call's outcome.
-Outcome wait_event(Engine& e, CUevent event);
+// Returns CUDA_SUCCESS or the failing call's outcome. With `gave_way`, the wait also ends, setting
+// it, as soon as a poller is looking (polled): the event is then the poller's to find.
+Outcome wait_event(Engine& e, CUevent event, bool* gave_way = nullptr);
+
+// Whether a thread that polls for the work itself has looked within cuda_poll_lease_ns and not
+// said it stopped.
+bool polled(const Engine& e) noexcept;
 
 // What the feeder and the completion thread do first: take the device's context, and a timer slack
 // of cuda_timer_slack_ns, so that wait_event's shortest sleeps are not stretched to the kernel's
 // default slack (50 us).
 void start_engine_thread(const Engine& e);
+
+// Driver::progress: renews the poller's lease (polled_until_ns), then retires, oldest first, the
+// work in flight whose event one look finds done and whose dependencies on other devices are
+// reached, as the completion thread would: publishes it, or loses the device if the look failed,
+// and lets it go. Returns at once if the engine's lock is held (the poller looks again soon).
+void progress(Engine& e) noexcept;
+// Driver::stop_polling: ends the lease and wakes the completion thread to take the work back.
+void stop_polling(Engine& e) noexcept;
 
 // The feeder and completion threads' bodies.
 void feed_loop(std::shared_ptr<Engine> e);

@@ -236,7 +236,9 @@ void finish_issue(Engine& e, detail::Work work, bool launched) {
     if (!e.stopping) {
       e.inflight.push_back(InFlight{value, ev, launched, std::move(work)});
       e.issued.fetch_add(1, std::memory_order_release);
-      e.inflight_cv.notify_one();
+      // While a poller looks, the completion thread rests until the poller's lease ends, and
+      // waking it would only take the core from the poller; asleep with no deadline, it is woken.
+      if (e.completion_asleep || !polled(e)) e.inflight_cv.notify_one();
       return;
     }
     e.spare_events.push_back(ev);

@@ -833,6 +833,9 @@ void AgentWork::on_async(uv_async_t* async) noexcept {
 }
 
 void AgentWork::poll_running() {
+  // The loop looks at the device's work itself, so that small work is noticed here at once rather
+  // than after the device's own thread has published it and given the core back (Driver::progress).
+  if (running_ && !shut_) running_->device.core()->driver().progress();
   check_running();
   if (!running_) {
     uv_idle_stop(&idle_);
@@ -848,8 +851,10 @@ void AgentWork::poll_running() {
       (reactor_.spinning() || rig::detail::yield_for_spin())) {
     return;
   }
-  // Long work: stop polling and let the helper thread sleep on the timeline and wake the loop.
+  // Long work: stop polling and let the helper thread sleep on the timeline and wake the loop. The
+  // device's own thread finds the work's end from now on.
   uv_idle_stop(&idle_);
+  running_->device.core()->driver().stop_polling();
   off_loop(
       [device = running_->device, value = running_->local_value] {
         try {

@@ -25,8 +25,10 @@ namespace {
 struct Fake {
   void (*inject)(const char*, int, int);
   int (*calls)(const char*);
+  int (*calls_here)(const char*);  // by the calling thread
   void (*hold)(int);
   void (*reset)();
+  void (*recorder_first)(int);
 
   static const Fake& get() {
     static const Fake f = [] {
@@ -36,10 +38,14 @@ struct Fake {
       out.inject =
           reinterpret_cast<void (*)(const char*, int, int)>(dlsym(lib, "rig_fake_cuda_inject"));
       out.calls = reinterpret_cast<int (*)(const char*)>(dlsym(lib, "rig_fake_cuda_calls"));
+      out.calls_here =
+          reinterpret_cast<int (*)(const char*)>(dlsym(lib, "rig_fake_cuda_calls_here"));
       out.hold = reinterpret_cast<void (*)(int)>(dlsym(lib, "rig_fake_cuda_hold"));
       out.reset = reinterpret_cast<void (*)()>(dlsym(lib, "rig_fake_cuda_reset"));
+      out.recorder_first =
+          reinterpret_cast<void (*)(int)>(dlsym(lib, "rig_fake_cuda_recorder_first"));
       REQUIRE((out.reset != nullptr && out.inject != nullptr && out.calls != nullptr &&
-               out.hold != nullptr));
+               out.hold != nullptr && out.recorder_first != nullptr && out.calls_here != nullptr));
       return out;
     }();
     return f;
@@ -369,6 +375,97 @@ TEST_CASE("completion: polled for short work; long work found by looks between s
       rig::submit(d, rig::Run{image, "spin_ns", rig::Shape::linear(1), {rig::Arg::word(0)}});
   d.wait(v);
   CHECK(fake.calls("cuEventQuery") - short_before >= 1);
+}
+
+TEST_CASE("a thread that polls for its work publishes it itself, in order, with no hand-off") {
+  fresh_start();
+  const auto g = gpus();
+  const Fake& fake = Fake::get();
+  const rig::Image image = load_ok(g[0], rig::test::ptx_kernels());
+  const std::size_t n = 4096;
+  const rig::Buffer a = rig::Buffer::make(g[0], n);
+  const rig::Buffer b = rig::Buffer::make(g[1], n);
+  const rig::Buffer pinned = rig::Buffer::make(rig::host(), n);
+  const auto in = rig::test::pattern(n, 7);
+  std::memcpy(pinned.access().data(), in.data(), n);
+  // Only this thread, which issues the work (it needs nothing from the host, so it goes to the
+  // stream from the submitter), can see its events reached: the completion threads never do
+  // until it has. What this thread's looks publish is all that can move the timelines.
+  fake.recorder_first(1);
+  struct Off {
+    const Fake& f;
+    ~Off() { f.recorder_first(0); }
+  } off{fake};
+  const auto poll_until = [](const rig::Device& d, std::uint64_t value,
+                             std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (d.reached() < value && std::chrono::steady_clock::now() < deadline) {
+      d.core()->driver().progress();
+    }
+    return d.reached();
+  };
+  fake.hold(1);
+  const std::uint64_t v1 = rig::submit(g[0], rig::Copy{a, 0, pinned, 0, n});
+  const std::uint64_t v2 = rig::submit(
+      g[0], rig::Run{image, "spin_ns", rig::Shape::linear(1), {rig::Arg::word(1'000'000)}});
+  // Work on CUDA:1 behind CUDA:0's (a stream wait): published only once CUDA:0's value is.
+  const std::uint64_t w1 = rig::submit(g[1], rig::Copy{b, 0, a, 0, n});
+  g[0].core()->driver().progress();
+  g[1].core()->driver().progress();
+  CHECK(g[0].reached() < v1);  // nothing has run: nothing is published
+  CHECK(g[1].reached() < w1);
+  fake.hold(0);
+  // CUDA:1's copy is done as soon as CUDA:0's work is, but CUDA:0 has published nothing yet.
+  CHECK(poll_until(g[1], w1, std::chrono::milliseconds(200)) < w1);
+  CHECK(poll_until(g[0], v2) == v2);
+  CHECK(poll_until(g[1], w1) == w1);
+  // The completion threads still retire the entries once their looks see them done, and later
+  // work goes through them alone.
+  fake.recorder_first(0);
+  const rig::Buffer back = rig::Buffer::make(rig::host(), n);
+  rig::copy(back, b).wait();
+  CHECK(std::memcmp(back.access().data(), in.data(), n) == 0);
+}
+
+TEST_CASE("while a thread polls for its work the completion thread rests; it takes the work back") {
+  fresh_start();
+  const rig::Device d = gpus()[0];
+  const Fake& fake = Fake::get();
+  const std::size_t n = 256;
+  const rig::Buffer a = rig::Buffer::make(d, n);
+  const rig::Buffer pinned = rig::Buffer::make(rig::host(), n);
+  fake.hold(1);
+  const std::uint64_t v1 = rig::submit(d, rig::Copy{a, 0, pinned, 0, n});
+  // Looks by this thread, about one a loop's turn. Once the completion thread has seen them (the
+  // first 2 ms), it leaves the work to them and makes no look of its own in the next 100 ms
+  // (looking beside them, between sleeps that grow, it made about 30; polling, thousands).
+  const auto poll_for = [&](std::chrono::milliseconds how_long) {
+    const auto until = std::chrono::steady_clock::now() + how_long;
+    while (std::chrono::steady_clock::now() < until) {
+      d.core()->driver().progress();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  };
+  poll_for(std::chrono::milliseconds(2));
+  const int before = fake.calls("cuEventQuery");
+  const int mine_before = fake.calls_here("cuEventQuery");
+  poll_for(std::chrono::milliseconds(100));
+  const int mine = fake.calls_here("cuEventQuery") - mine_before;
+  const int theirs = fake.calls("cuEventQuery") - before - mine;
+  MESSAGE("looks in 100 ms: " << mine << " by the poller, " << theirs << " by the others");
+  CHECK(mine > 20);
+  CHECK(theirs < 5);
+  // The poller stops without a word: the completion thread finds the work once the lease (1 ms)
+  // has run out.
+  fake.hold(0);
+  d.wait(v1);
+  // It says it stops: the completion thread takes the work back at once.
+  fake.hold(1);
+  const std::uint64_t v2 = rig::submit(d, rig::Copy{a, 0, pinned, 0, n});
+  d.core()->driver().progress();
+  d.core()->driver().stop_polling();
+  fake.hold(0);
+  d.wait(v2);
 }
 
 TEST_CASE("work raises no GPU interrupt: copies, staged copies and runs, each waited for") {

@@ -55,6 +55,10 @@ struct Event {
   // Made with CU_EVENT_BLOCKING_SYNC: as on a real GPU, reaching it raises an interrupt, counted
   // as the call "interrupt" (rig_fake_cuda_calls), whether or not a thread waits on it.
   bool blocking = false;
+  // For the recorder-first mode (State): the thread that last recorded it, and whether that
+  // thread has since seen it done.
+  std::thread::id recorder;
+  bool seen_by_recorder = false;
 };
 
 struct Stream {
@@ -103,6 +107,10 @@ struct State {
   std::vector<Injection> injections;
   std::unordered_map<std::string, int> calls;
   bool held = false;  // streams run nothing while held
+  // Recorder-first: an event reads as not yet reached to every thread but the one that recorded it
+  // until that thread has seen it done, so a test can tell which thread noticed the work first
+  // (RIG_FAKE_CUDA_RECORDER_FIRST=1, or rig_fake_cuda_recorder_first).
+  bool recorder_first = false;
 };
 
 State& state() {
@@ -116,6 +124,7 @@ State& state() {
       c->next_address = fake_address_base + static_cast<CUdeviceptr>(i) * fake_address_stride;
       st->ctxs.push_back(c);
     }
+    st->recorder_first = std::getenv("RIG_FAKE_CUDA_RECORDER_FIRST") != nullptr;
     // "CALL:N:CODE" entries separated by commas.
     if (const char* env = std::getenv("RIG_FAKE_CUDA_INJECT")) {
       std::string spec = env;
@@ -153,8 +162,12 @@ Ctx* current_ctx() {
 }
 
 // Counts the call and applies an injection due now. Under the lock.
+// Calls made by this thread, for rig_fake_cuda_calls_here.
+thread_local std::unordered_map<std::string, int> calls_here;
+
 CUresult enter(State& s, const char* call, Ctx* ctx) {
   ++s.calls[call];
+  ++calls_here[call];
   for (auto it = s.injections.begin(); it != s.injections.end(); ++it) {
     if (it->call != call || --it->countdown > 0) continue;
     const Injection inj = *it;
@@ -538,6 +551,8 @@ CUresult f_cuEventRecord(CUevent e, CUstream h) {
   auto* ev = reinterpret_cast<Event*>(e);
   ev->stream = st;
   ev->seq = st->queued;
+  ev->recorder = std::this_thread::get_id();
+  ev->seen_by_recorder = false;
   if (!ev->blocking) return CUDA_SUCCESS;
   return queue(s, st, [] {
     State& s2 = state();
@@ -563,6 +578,10 @@ CUresult f_cuEventQuery(CUevent e) {
   if (ev->stream == nullptr) return CUDA_SUCCESS;
   if (CUresult r = enter(s, "cuEventQuery", nullptr); r != CUDA_SUCCESS) return r;
   if (ev->stream->done < ev->seq) return CUDA_ERROR_NOT_READY;
+  if (s.recorder_first && !ev->seen_by_recorder) {
+    if (ev->recorder != std::this_thread::get_id()) return CUDA_ERROR_NOT_READY;
+    ev->seen_by_recorder = true;
+  }
   return event_outcome(ev);
 }
 CUresult f_cuEventSynchronize(CUevent e) {
@@ -759,12 +778,24 @@ __attribute__((visibility("default"))) int rig_fake_cuda_calls(const char* call)
   return s.calls[call];
 }
 
+// How many times `call` was made by the calling thread.
+__attribute__((visibility("default"))) int rig_fake_cuda_calls_here(const char* call) {
+  return calls_here[call];
+}
+
 // Holds every stream (nothing queued runs) or releases them.
 __attribute__((visibility("default"))) void rig_fake_cuda_hold(int on) {
   State& s = state();
   std::lock_guard lock(s.mu);
   s.held = on != 0;
   s.cv.notify_all();
+}
+
+// Recorder-first mode (State::recorder_first) on or off.
+__attribute__((visibility("default"))) void rig_fake_cuda_recorder_first(int on) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  s.recorder_first = on != 0;
 }
 
 // Mends every broken context and forgets pending injections, so that one test's device loss does
@@ -778,6 +809,7 @@ __attribute__((visibility("default"))) void rig_fake_cuda_reset() {
   }
   s.injections.clear();
   s.held = false;
+  s.recorder_first = std::getenv("RIG_FAKE_CUDA_RECORDER_FIRST") != nullptr;
   s.cv.notify_all();
 }
 
