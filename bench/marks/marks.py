@@ -17,7 +17,7 @@ names = {
     10: 'C.posted', 11: 'L.cmd', 12: 'W.begin', 13: 'W.end', 14: 'R.read', 15: 'C.publish',
     16: 'T.sleep', 17: 'T.woke', 20: 'A.sink', 22: 'A.hand', 23: 'A.handed', 24: 'A.submit',
     25: 'A.watch', 26: 'A.finish', 27: 'A.reached', 28: 'A.helper', 30: 'K.issued', 31: 'K.feeder',
-    32: 'K.taken', 33: 'K.event', 34: 'K.published', 35: 'K.cvsleep', 40: 'L.spinstop',
+    32: 'K.taken', 33: 'K.event', 34: 'K.published', 35: 'K.cvsleep', 36: 'K.polled', 40: 'L.spinstop',
     41: 'L.spinstart', 42: 'L.async', 44: 'K.linger', 45: 'K.lingered', 48: 'L.spinoff',
     49: 'L.lateyield', 50: 'S.spinsoff',
 }

@@ -28,7 +28,16 @@ inline constexpr unsigned late_yields_contended = 8;
 inline constexpr std::uint64_t late_yields_window_ns = 1'000'000'000;
 // How long spins and polls stay off on a contended core: every wait sleeps, every loop sleeps in
 // epoll, and a wake-up takes the core back from the neighbour as the blocking TCP baseline does.
-inline constexpr std::uint64_t spins_off_ns = 1'000'000'000;
+// A first verdict turns them off for the shortest time; one that comes within a window of the end
+// of the last time off doubles it, up to the longest; a window without one starts again at the
+// shortest. A lasting neighbour so costs a few windows of late round trips before the longest
+// holds (each time spins come back, 8 late yields, about 30 ms on the VM, until the next verdict);
+// a short burst costs only the shortest. Measured on an H200 (bench/README.md, "Session 16"): a
+// job's processes each made a verdict as they started, and with a second off, their loops slept
+// in epoll through the job's first 1.2 s, which held all of a 10,000-sample latency figure of the
+// benchmark; with these periods, they polled again after 150-300 ms.
+inline constexpr std::uint64_t spins_off_ns_min = 50'000'000;
+inline constexpr std::uint64_t spins_off_ns_max = 1'000'000'000;
 
 // Parts in one submission; a bound so that one call cannot make the runtime allocate without limit.
 inline constexpr std::size_t submission_parts_max = 4096;

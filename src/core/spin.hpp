@@ -5,6 +5,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -31,12 +32,13 @@ inline void cpu_relax() noexcept {
 inline constexpr unsigned spin_looks_per_yield = 16;
 
 // The process's view of its cores' contention (yield_for_spin): until when (steady clock, ns since
-// its epoch) every spin and poll is off, and the late yields of the current window. Owner: the
-// process (static storage, so a signal handler's wait may read it). Threads: any, relaxed: the
-// threads that spin for one another share cores, and a count lost to a race only delays the
-// verdict by one late yield.
+// its epoch) every spin and poll is off and for how long they last went off, and the late yields
+// of the current window. Owner: the process (static storage, so a signal handler's wait may read
+// it). Threads: any, relaxed: the threads that spin for one another share cores, and a count lost
+// to a race only delays the verdict by one late yield.
 struct SpinContention {
   std::atomic<std::int64_t> off_until_ns{0};
+  std::atomic<std::int64_t> off_period_ns{0};  // of the last time off; 0 before the first
   std::atomic<std::int64_t> window_start_ns{0};
   std::atomic<unsigned> late_in_window{0};
 };
@@ -60,8 +62,9 @@ inline bool spins_allowed() noexcept {
 // every yield gives the neighbour its whole time slice again (measured on the VM under a nice-10
 // busy loop on each core: remote round trips of 4 ms, a scheduler tick, where blocking TCP took
 // 25 us). So once `late_yields_contended` yields within a window came back `yield_late_ns` late,
-// spins and polls stop for `spins_off_ns` and waits sleep, to be woken; false then, and the
-// caller stops spinning now.
+// spins and polls stop (for spins_off_ns_min, or twice the last time off if that ended within a
+// window: core/limits.hpp) and waits sleep, to be woken; false then, and the caller stops
+// spinning now.
 inline bool yield_for_spin() noexcept {
   const std::int64_t before = steady_ns();
   sched_yield();
@@ -77,7 +80,15 @@ inline bool yield_for_spin() noexcept {
     return true;
   }
   c.late_in_window.store(0, std::memory_order_relaxed);
-  c.off_until_ns.store(after + static_cast<std::int64_t>(spins_off_ns), std::memory_order_relaxed);
+  const std::int64_t last_end = c.off_until_ns.load(std::memory_order_relaxed);
+  std::int64_t period = c.off_period_ns.load(std::memory_order_relaxed);
+  if (period == 0 || after - last_end >= static_cast<std::int64_t>(late_yields_window_ns)) {
+    period = static_cast<std::int64_t>(spins_off_ns_min);
+  } else {
+    period = std::min(2 * period, static_cast<std::int64_t>(spins_off_ns_max));
+  }
+  c.off_period_ns.store(period, std::memory_order_relaxed);
+  c.off_until_ns.store(after + period, std::memory_order_relaxed);
   return false;
 }
 

@@ -190,11 +190,45 @@ TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet cor
   CHECK_FALSE(allowed_after);
   CHECK_FALSE(spun);
   CHECK(looks_while_off == 1);
-  // Once the core is quiet again, spins come back after spins_off_ns.
-  std::this_thread::sleep_for(std::chrono::nanoseconds(spins_off_ns) + 100ms);
+  // Once the core is quiet again, spins come back, after spins_off_ns_max at the latest.
+  std::this_thread::sleep_for(std::chrono::nanoseconds(spins_off_ns_max) + 100ms);
   CHECK(spins_allowed());
   unsigned looks = 0;
   CHECK(spin_for(1'000'000'000ull, [&] { return ++looks == 100; }));
+}
+
+TEST_CASE("spins go off briefly at a first verdict, and for twice as long at each that follows") {
+  using namespace rig::detail;
+  // A window after any earlier time off, the next verdict is a first one again.
+  std::this_thread::sleep_for(std::chrono::nanoseconds(spins_off_ns_max + late_yields_window_ns));
+  OneCpu one;
+  REQUIRE(one.cpu >= 0);
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    one.pin();
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  // How long each of three verdicts in a row turned spins off, the busy loop on the core all along.
+  std::vector<std::int64_t> periods;
+  std::thread spinner([&] {
+    one.pin();
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    while (periods.size() < 3 && std::chrono::steady_clock::now() < give_up) {
+      if (yield_for_spin()) continue;
+      periods.push_back(spin_contention.off_period_ns.load());
+      while (!spins_allowed()) std::this_thread::sleep_for(1ms);
+    }
+    stop = true;
+  });
+  spinner.join();
+  busy.join();
+  REQUIRE(one.failures == 0);
+  REQUIRE(periods.size() == 3);
+  // A short burst of contention (a process starting beside the job) costs only the shortest.
+  CHECK(periods[0] == static_cast<std::int64_t>(spins_off_ns_min));
+  CHECK(periods[1] == 2 * periods[0]);
+  CHECK(periods[2] == 4 * periods[0]);
 }
 
 TEST_CASE("a process confined to one CPU spins on one thread at a time; the others look once") {
