@@ -153,17 +153,29 @@ struct OneCpu {
   }
 };
 
+// A busy loop on the CPU the constructing thread runs on, until stop() or the end of the scope;
+// `one.pin()` puts another thread on that CPU beside it, where each yield gives the loop its time
+// slice.
+struct BusyNeighbour {
+  OneCpu one;
+  std::atomic<bool> stopped{false};
+  std::thread busy{[this] {
+    one.pin();
+    while (!stopped.load(std::memory_order_relaxed)) {
+    }
+  }};
+  ~BusyNeighbour() { stop(); }
+  void stop() {
+    stopped = true;
+    if (busy.joinable()) busy.join();
+  }
+};
+
 TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet core keeps them") {
   using namespace rig::detail;
-  // This thread and a busy loop share one CPU: each yield gives the loop its time slice.
-  OneCpu one;
+  BusyNeighbour neighbour;
+  OneCpu& one = neighbour.one;
   REQUIRE(one.cpu >= 0);
-  std::atomic<bool> stop{false};
-  std::thread busy([&] {
-    one.pin();
-    while (!stop.load(std::memory_order_relaxed)) {
-    }
-  });
   bool turned_off = false, allowed_after = true, spun = true;
   unsigned yields = 0, looks_while_off = 0;
   std::thread spinner([&] {
@@ -174,7 +186,7 @@ TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet cor
       turned_off = !yield_for_spin();
       ++yields;
     }
-    stop = true;
+    neighbour.stop();
     allowed_after = spins_allowed();
     // While spins are off a spin makes one look, whatever its budget, and a wait sleeps at once.
     spun = spin_for(10'000'000'000ull, [&] {
@@ -183,7 +195,6 @@ TEST_CASE("a busy neighbour on the core turns spins off for a while; a quiet cor
     });
   });
   spinner.join();
-  busy.join();
   MESSAGE(yields << " yields until spins went off");
   REQUIRE(one.failures == 0);
   CHECK(turned_off);
@@ -201,14 +212,9 @@ TEST_CASE("spins go off briefly at a first verdict, and for twice as long at eac
   using namespace rig::detail;
   // A window after any earlier time off, the next verdict is a first one again.
   std::this_thread::sleep_for(std::chrono::nanoseconds(spins_off_ns_max + late_yields_window_ns));
-  OneCpu one;
+  BusyNeighbour neighbour;
+  OneCpu& one = neighbour.one;
   REQUIRE(one.cpu >= 0);
-  std::atomic<bool> stop{false};
-  std::thread busy([&] {
-    one.pin();
-    while (!stop.load(std::memory_order_relaxed)) {
-    }
-  });
   // How long each of three verdicts in a row turned spins off, the busy loop on the core all along.
   std::vector<std::int64_t> periods;
   std::thread spinner([&] {
@@ -219,10 +225,9 @@ TEST_CASE("spins go off briefly at a first verdict, and for twice as long at eac
       periods.push_back(spin_contention.off_period_ns.load());
       while (!spins_allowed()) std::this_thread::sleep_for(1ms);
     }
-    stop = true;
+    neighbour.stop();
   });
   spinner.join();
-  busy.join();
   REQUIRE(one.failures == 0);
   REQUIRE(periods.size() == 3);
   // A short burst of contention (a process starting beside the job) costs only the shortest.
