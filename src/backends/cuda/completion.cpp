@@ -22,6 +22,24 @@ void linger(const Engine& e) {
   });
 }
 
+// A kernel that traps can let the event after it report success while the context is already
+// broken; the stream's state says so. Work after it may still run: NOT_READY is fine.
+Outcome stream_state(const Engine& e) {
+  const CUresult r = e.api.cuStreamQuery.fn(e.stream);
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY) return {};
+  return Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuStreamQuery.name, r)};
+}
+
+// Takes the oldest work in flight off the list, its event back to the spares. Under mu; the
+// caller lets the work go outside it (its buffers may be the last references).
+InFlight take_front_locked(Engine& e) {
+  InFlight f = std::move(e.inflight.front());
+  e.inflight.pop_front();
+  e.retired.fetch_add(1, std::memory_order_release);
+  e.spare_events.push_back(f.event);
+  return f;
+}
+
 // Publishes the oldest work in flight if it is still the one of `value` (a poller may have
 // retired it meanwhile) and `o` is good, and lets it go; loses the device if `o` is a failure.
 // Without the lock held.
@@ -32,10 +50,7 @@ void retire(Engine& e, std::uint64_t value, Outcome o) {
     std::lock_guard lock(e.mu);
     if (e.inflight.empty() || e.inflight.front().value != value) return;
     if (o && !e.stopping && device) device->timeline().publish(value);
-    done = std::move(e.inflight.front());
-    e.inflight.pop_front();
-    e.retired.fetch_add(1, std::memory_order_release);
-    e.spare_events.push_back(done.event);
+    done = take_front_locked(e);
   }
   if (!o) e.lose(o.why);
   // Outside the lock: the work's buffers, or `device` itself, may be the last references.
@@ -71,19 +86,12 @@ void progress(Engine& e) noexcept {
       if (r != CUDA_SUCCESS) {
         outcome = Outcome{r, failure_text(e.api, e.gpu.name, e.api.cuEventQuery.name, r)};
       } else if (f.launched && !stream_checked) {
-        // As in completion_loop: a kernel that trapped may leave its event reporting success.
-        const CUresult q = e.api.cuStreamQuery.fn(e.stream);
-        if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) {
-          outcome = Outcome{q, failure_text(e.api, e.gpu.name, e.api.cuStreamQuery.name, q)};
-        }
+        outcome = stream_state(e);  // once a look: it covers every kernel issued so far
         stream_checked = true;
       }
       // Published before it leaves the list, as order_after expects.
       if (outcome) device->timeline().publish(f.value);
-      e.spare_events.push_back(f.event);
-      done = std::move(f);
-      e.inflight.pop_front();
-      e.retired.fetch_add(1, std::memory_order_release);
+      done = take_front_locked(e);
     }
     // Outside the lock: the work's buffers may be the last references.
     if (!outcome) return e.lose(outcome.why);
@@ -132,14 +140,7 @@ void completion_loop(std::shared_ptr<Engine> e) {
     bool gave_way = false;
     Outcome o = wait_event(*e, event, e->stopping ? nullptr : &gave_way);
     if (gave_way) continue;  // a poller looks now; the entry is its, or ours again later
-    if (o && launched) {
-      // A kernel that traps can let the event after it report success while the context is
-      // already broken; the stream's state says so. Work after it may still run: NOT_READY is fine.
-      const CUresult r = e->api.cuStreamQuery.fn(e->stream);
-      if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
-        o = Outcome{r, failure_text(e->api, e->gpu.name, e->api.cuStreamQuery.name, r)};
-      }
-    }
+    if (o && launched) o = stream_state(*e);
     // Work ordered behind another device's by a stream wait is only good if that device's work
     // was: its value is published before ours (it may lag its event by a moment), and if that
     // device was lost instead, so is this one, with the same cause.
