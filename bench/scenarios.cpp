@@ -31,6 +31,7 @@
 #include "process.hpp"
 #include "remote/limits.hpp"
 #include "remote/wire/codec.hpp"
+#include "rig/cuda.hpp"
 #include "rig/program.hpp"
 #include "scale.hpp"
 #include "stats.hpp"
@@ -570,10 +571,11 @@ nlohmann::json rig_sim_run(Ctx& ctx) {
   return r;
 }
 
-// GB/s of copies of each size between this process's memory and a buffer on the agent's SIM
-// device or host, `to_remote` or back; each transfer is one rig::copy and its wait.
-nlohmann::json bulk_copies(Ctx& ctx, std::string_view id, bool to_remote, bool on_sim) {
-  const rig::Device device = on_sim ? ctx.proxy(ctx.agents.front(), "SIM") : ctx.host();
+// GB/s of copies of each size between this process's memory (plain, unpinned) and a buffer on
+// `device`, a device of the agent's machine, `to_remote` or back; each transfer is one rig::copy
+// and its wait.
+nlohmann::json bulk_copies(Ctx& ctx, std::string_view id, bool to_remote,
+                           const rig::Device& device) {
   const std::uint64_t max = ctx.plan.stream_bytes_max;
   const auto here_bytes = touched(max);
   const rig::Buffer here = rig::Buffer::borrow(here_bytes.get(), max);
@@ -590,16 +592,57 @@ nlohmann::json bulk_copies(Ctx& ctx, std::string_view id, bool to_remote, bool o
 }
 
 nlohmann::json rig_copy_to_sim(Ctx& ctx) {
-  return bulk_copies(ctx, "rig.copy.to_remote.sim", true, true);
+  return bulk_copies(ctx, "rig.copy.to_remote.sim", true, ctx.proxy(ctx.agents.front(), "SIM"));
 }
 nlohmann::json rig_copy_to_host(Ctx& ctx) {
-  return bulk_copies(ctx, "rig.copy.to_remote.host", true, false);
+  return bulk_copies(ctx, "rig.copy.to_remote.host", true, ctx.host());
 }
 nlohmann::json rig_copy_from_sim(Ctx& ctx) {
-  return bulk_copies(ctx, "rig.copy.from_remote.sim", false, true);
+  return bulk_copies(ctx, "rig.copy.from_remote.sim", false, ctx.proxy(ctx.agents.front(), "SIM"));
 }
 nlohmann::json rig_copy_from_host(Ctx& ctx) {
-  return bulk_copies(ctx, "rig.copy.from_remote.host", false, false);
+  return bulk_copies(ctx, "rig.copy.from_remote.host", false, ctx.host());
+}
+
+// The agent's first CUDA device, or why there is none.
+rig::Result<rig::Device> remote_gpu(Ctx& ctx) {
+  auto gpus = rig::remote::devices(ctx.host(), "CUDA");
+  if (!gpus) return rig::Error("the agent has no CUDA devices: " + gpus.error());
+  return gpus->front();
+}
+
+// Into GPU memory from plain memory, and back: the bytes cross the connection, then the agent's
+// staging (pinned) to the device. Beside tcp.stream and cuda.htod, the lower of which bounds it.
+nlohmann::json rig_copy_to_cuda(Ctx& ctx) {
+  auto gpu = remote_gpu(ctx);
+  if (!gpu) return {{"skipped", gpu.error()}};
+  return bulk_copies(ctx, "rig.copy.to_remote.cuda", true, *gpu);
+}
+nlohmann::json rig_copy_from_cuda(Ctx& ctx) {
+  auto gpu = remote_gpu(ctx);
+  if (!gpu) return {{"skipped", gpu.error()}};
+  return bulk_copies(ctx, "rig.copy.from_remote.cuda", false, *gpu);
+}
+
+// The GPU's own limit for the copies above: in this process, pinned host memory (a buffer of
+// rig::host() once a GPU is open) to the first GPU, one rig::copy and its wait per transfer.
+nlohmann::json cuda_htod_baseline(Ctx& ctx) {
+  auto gpus = rig::cuda::open();
+  if (!gpus) return {{"skipped", "no CUDA devices here: " + gpus.error()}};
+  const rig::Device gpu = gpus->front();
+  const std::uint64_t max = ctx.plan.stream_bytes_max;
+  nlohmann::json r;
+  {
+    const rig::Buffer pinned = rig::Buffer::make(rig::host(), max);
+    std::memset(pinned.access().data(), 0xA5, max);
+    const rig::Buffer there = rig::Buffer::make(gpu, max);
+    r = throughput_json(ctx, "cuda.htod",
+                        [&](std::uint64_t n) { rig::copy(there, 0, pinned, 0, n).wait(); });
+  }
+  for (const rig::Device& d : *gpus) rig::close(d);
+  r["device"] = gpu.name();
+  r["note"] = "in the harness process: pinned host memory to its first GPU, one rig::copy each";
+  return r;
 }
 
 // The agent's completion path: the 64 B copy into SIM with an agent that polls the device's
@@ -625,9 +668,9 @@ nlohmann::json rig_agent_completion_wakeup(Ctx& ctx) {
 }
 
 nlohmann::json rig_cuda(Ctx& ctx) {
-  auto gpus = rig::remote::devices(ctx.host(), "CUDA");
-  if (!gpus) return {{"skipped", "the agent has no CUDA devices: " + gpus.error()}};
-  auto r = small_copy_latency(ctx, gpus->front(), "rig.cuda");
+  auto gpu = remote_gpu(ctx);
+  if (!gpu) return {{"skipped", gpu.error()}};
+  auto r = small_copy_latency(ctx, *gpu, "rig.cuda");
   r["what"] = "the 64 B copy into the agent's first CUDA device (polling agent)";
   return r;
 }
@@ -943,6 +986,8 @@ constexpr Scenario table[] = {
      tcp_stream, ""},
     {"memcpy", "memcpy in one process", "baseline", "throughput", "", Where::whole_run,
      memcpy_baseline, ""},
+    {"cuda.htod", "pinned host memory to a GPU in one process", "baseline", "throughput", "",
+     Where::whole_run, cuda_htod_baseline, ""},
     {"rig.host.empty", "submit-to-reached, empty submission to CPU@NAME", "rig", "latency",
      "tcp.pingpong.blocking", Where::placement, rig_host_empty, ""},
     {"rig.host.empty.threads2", "submit-to-reached from 2 threads", "rig", "latency",
@@ -974,6 +1019,10 @@ constexpr Scenario table[] = {
      "rig", "throughput", "tcp.stream", Where::placement, rig_copy_from_host, ""},
     {"rig.cuda", "submit-to-reached, 64 B copy into a remote CUDA device", "rig", "latency",
      "tcp.pingpong.blocking", Where::placement, rig_cuda, ""},
+    {"rig.copy.to_remote.cuda", "bulk copies controller to remote CUDA memory, 4 KiB..1 GiB", "rig",
+     "throughput", "tcp.stream", Where::placement, rig_copy_to_cuda, ""},
+    {"rig.copy.from_remote.cuda", "bulk copies remote CUDA memory to controller, 4 KiB..1 GiB",
+     "rig", "throughput", "tcp.stream", Where::placement, rig_copy_from_cuda, ""},
     {"rig.rail.agents", "rail rounds between two agents, go() from here, 4 KiB..1 GiB", "rig",
      "throughput", "tcp.stream", Where::placement, rig_rail_agents, ""},
     {"rig.rail.pingpong", "64 B rail ping-pong, host code on both agents", "rig", "latency",
