@@ -70,6 +70,11 @@ inline constexpr std::uint64_t inflight_bytes_max = 64 * MiB;
 // submission itself counts): its share of the message.
 inline constexpr std::uint64_t part_overhead_bytes = 128;
 
+// A submission's message of at most this many bytes, sent while its connection has nothing else
+// to send, is written by the submitting thread itself rather than by the loop (io/direct_lane.hpp):
+// it is copied to that thread's stack first, so that the loop may let go of the submission at once.
+inline constexpr std::size_t direct_write_bytes_max = 1024;
+
 // A connection that has not proven the key by then is dropped (the reactor's deadline).
 inline constexpr std::uint64_t handshake_timeout_ms = 10'000;
 

@@ -33,6 +33,8 @@ class DeviceFlow {
   // Wakes every waiter for good.
   void stop() noexcept;
   bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
+  // Whether no work of the device is in flight.
+  bool idle() const noexcept { return inflight_bytes_.load(std::memory_order_acquire) == 0; }
 
  private:
   std::atomic<std::uint64_t> inflight_bytes_{0};

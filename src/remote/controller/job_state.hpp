@@ -17,6 +17,8 @@
 #include "remote/controller/event.hpp"
 #include "remote/controller/flow.hpp"
 #include "remote/controller/launch_report.hpp"
+#include "remote/io/direct_lane.hpp"
+#include "remote/io/queue.hpp"
 #include "remote/io/timing.hpp"
 #include "remote/job/job.hpp"
 #include "rig/rig.hpp"
@@ -35,7 +37,10 @@ inline constexpr const char* forked_cause =
 // the protocol may finish long before. Each group below says who writes it and which threads read.
 struct JobState : std::enable_shared_from_this<JobState> {
   JobState(pid_t owner, const Timing& job_timing, int report_fd, std::size_t members)
-      : pid(owner), timing(job_timing), sending(members), report(report_fd, owner) {}
+      : pid(owner), timing(job_timing), sending(members), report(report_fd, owner) {
+    lanes.reserve(members);
+    for (std::size_t i = 0; i < members; ++i) lanes.push_back(std::make_shared<DirectLane>());
+  }
 
   // Written by connect (on its caller's thread, and on the loop inside its call) before any other
   // thread sees the state; read-only after, by any thread. `outcome` is a fresh one until connect
@@ -43,6 +48,12 @@ struct JobState : std::enable_shared_from_this<JobState> {
   const pid_t pid;  // the process that connected: in a child of fork the job counts as failed
   const Timing timing;
   std::shared_ptr<JobOutcome> outcome = std::make_shared<JobOutcome>();
+  // Submissions whose messages their submitters wrote themselves (io/direct_lane.hpp), for the
+  // protocol to expect their answers (ControllerProtocol::take_written), which frees them. Pushed
+  // only under the submission lock, each before its message's first byte leaves, so that the loop
+  // never finds a push half done ahead of one whose answer it reads. Declared before `link`, which
+  // refers to it.
+  MpscQueue written;
   std::shared_ptr<ProtocolLink> link;  // the door to the protocol on the loop (protocol_link.hpp)
   // Each member's name and "HOST:PORT" as dialed, in the job's order (capability records).
   std::vector<std::string> member_names, member_addresses;
@@ -74,6 +85,10 @@ struct JobState : std::enable_shared_from_this<JobState> {
   // Flow control: the loop writes it (each connection's sending watch, a failure's wake);
   // submitters read it and wait.
   SendFlow sending;
+  // Each agent's connection as submitters may write to it themselves (io/direct_lane.hpp): made
+  // here, before any thread sees the state, so the vector never changes; the connections open and
+  // close them on the loop.
+  std::vector<std::shared_ptr<DirectLane>> lanes;
 
   // The launcher's report lines: written by the loop (started, failed) or a closing thread
   // (closed), each once.

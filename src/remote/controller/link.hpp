@@ -89,6 +89,11 @@ struct Submission final : Command {
   rig::detail::PoolVector<Connection::Piece> pieces;
   Expect expect;
   std::shared_ptr<const void> keep;  // the copies' source buffers, until written
+  // What the loop does with it: write the message and expect its answer; only expect it (the
+  // submitter wrote it itself: DirectLane); or write `owned`, the rest of a message the submitter
+  // began, before anything else of that connection (its expectation went ahead of it).
+  enum class Part : std::uint8_t { whole, expectation, rest };
+  Part part = Part::whole;
 
   // Frees a submission (run, or never posted).
   struct Free {
@@ -118,9 +123,10 @@ class JobLink {
   virtual void send(std::size_t member, Bytes owned,
                     rig::detail::PoolVector<Connection::Piece> pieces, std::optional<Expect> expect,
                     std::shared_ptr<const void> keep = {}) = 0;
-  // The same for a submission, whose `link` is this link: no allocation, no lock, so a signal
-  // handler may submit.
-  virtual void submit(Submission::Owned submission) noexcept = 0;
+  // The same for a submission, whose `link` is this link: no allocation, so a signal handler may
+  // submit. With `alone` (its device has nothing else on its way), a small message goes from this
+  // thread straight to the socket if the connection has nothing else to send (DirectLane).
+  virtual void submit(Submission::Owned submission, bool alone) noexcept = 0;
   // Whether each agent's connection is sending, which a submit waits on.
   virtual const SendFlow& sending() const noexcept = 0;
 

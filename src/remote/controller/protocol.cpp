@@ -34,6 +34,8 @@ ControllerProtocol::ControllerProtocol(Reactor& reactor, const Timing& timing, K
 
 ControllerProtocol::~ControllerProtocol() {
   reactor_.remove_ticker(ticker_);
+  // What no answer took (the job ended first): each is a block of the pool.
+  while (QueueNode* node = state_->written.pop()) Submission::Owned(static_cast<Submission*>(node));
 }
 
 void ControllerProtocol::start() {
@@ -44,6 +46,7 @@ void ControllerProtocol::start() {
     if (!transport) return fail(m.name + ": " + transport.error());
     Connection& c = add_connection(m.name);
     c.tag = i;
+    c.set_direct_lane(state_->lanes[i]);
     c.set_sending_watch(
         [flow = &state_->sending, i](bool sending) { flow->set_sending(i, sending); });
     m.connection = &c;
@@ -169,24 +172,8 @@ void ControllerProtocol::started() {
 void ControllerProtocol::send(std::size_t index, Bytes owned,
                               rig::detail::PoolVector<Connection::Piece> pieces,
                               std::optional<Expect> expect, std::shared_ptr<const void> keep) {
-  Member* m = index < members_.size() ? &members_[index] : nullptr;
-  if (has_failed() || closing_ || m == nullptr || m->connection == nullptr ||
-      m->connection->state() != Connection::State::open) {
-    if (expect && expect->reply) {
-      const auto cause = outcome()->cause();
-      expect->reply->failed = cause ? *cause : "the job has closed";
-      expect->reply->done.set();
-    }
-    return;
-  }
-  if (expect) {
-    if (expect->kind == Expect::Kind::reached) {
-      auto device = m->devices.find(expect->device_id);
-      if (device == m->devices.end()) return;  // not a device of this job: cannot happen
-      expect->device = device->second;
-    }
-    m->expects.push_back(std::move(*expect));
-  }
+  Member* m = owed(index, std::move(expect));
+  if (m == nullptr) return;
   if (!keep) {
     // A message of its own bytes only (a small SUBMIT, an ALLOC): the ones the loop takes from
     // the queue in one turn go in one write (send_soon), as pipelined calls come.
@@ -195,7 +182,50 @@ void ControllerProtocol::send(std::size_t index, Bytes owned,
   m->connection->send_pieces(std::move(owned), pieces, [keep = std::move(keep)] {});
 }
 
+Member* ControllerProtocol::owed(std::size_t index, std::optional<Expect> expect) {
+  take_written();
+  return owed_now(index, std::move(expect));
+}
+
+Member* ControllerProtocol::owed_now(std::size_t index, std::optional<Expect> expect) {
+  Member* m = index < members_.size() ? &members_[index] : nullptr;
+  if (has_failed() || closing_ || m == nullptr || m->connection == nullptr ||
+      m->connection->state() != Connection::State::open) {
+    if (expect && expect->reply) {
+      const auto cause = outcome()->cause();
+      expect->reply->failed = cause ? *cause : "the job has closed";
+      expect->reply->done.set();
+    }
+    return nullptr;
+  }
+  if (expect) {
+    if (expect->kind == Expect::Kind::reached) {
+      auto device = m->devices.find(expect->device_id);
+      if (device == m->devices.end()) return nullptr;  // not a device of this job: cannot happen
+      expect->device = device->second;
+    }
+    m->expects.push_back(std::move(*expect));
+  }
+  return m;
+}
+
+void ControllerProtocol::take_written() {
+  // What a submitter wrote itself (DirectLane) is owed from before its first byte left, and must
+  // join what its agent owes ahead of anything the loop sends later and of the answer.
+  while (QueueNode* node = state_->written.pop()) {
+    const Submission::Owned s(static_cast<Submission*>(node));
+    owed_now(s->member, std::move(s->expect));
+  }
+}
+
+void ControllerProtocol::write_rest(std::size_t index, Bytes rest) {
+  if (index < members_.size() && members_[index].connection != nullptr) {
+    members_[index].connection->write_rest(std::move(rest));
+  }
+}
+
 void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind, Message&& m) {
+  take_written();
   if (member.expects.empty() || member.expects.front().kind != kind) {
     return fail(malformed(c) + expect_name(kind) + " where " +
                 (member.expects.empty() ? std::string("nothing")
@@ -311,6 +341,8 @@ std::span<std::uint8_t> ControllerProtocol::bulk_sink(Connection& c, std::uint8_
   }
   if (type != Data::type || has_failed() || c.tag >= members_.size()) return {};
   Member& member = members_[c.tag];
+  guarded([&] { take_written(); });
+  if (has_failed()) return {};
   if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) return {};
   Expect& e = member.expects.front();
   if (e.copy_index >= e.copies.size()) return {};
@@ -331,6 +363,7 @@ void ControllerProtocol::receive_data(Connection& c, std::uint8_t type, std::siz
                                       const std::uint8_t* from) {
   Member& member = members_[c.tag];
   if (type != Data::type) return fail(malformed(c) + "PAYLOAD is not one an agent sends");
+  take_written();
   if (member.expects.empty() || member.expects.front().kind != Expect::Kind::reached) {
     return fail(malformed(c) + "DATA where no copy into this process's memory was due");
   }

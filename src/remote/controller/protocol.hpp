@@ -52,6 +52,9 @@ class ControllerProtocol final : public JobProtocol, public RailSide {
   // `keep` holds the memory the pieces point at until the write is done or given up.
   void send(std::size_t index, Bytes owned, rig::detail::PoolVector<Connection::Piece> pieces,
             std::optional<Expect> expect, std::shared_ptr<const void> keep = {});
+  // The rest of a message a submitter began to write (DirectLane): written before anything else
+  // of the connection, whatever became of the job, since its beginning is on the wire.
+  void write_rest(std::size_t index, Bytes rest);
   // Sends CLOSE to every agent.
   void close();
 
@@ -82,6 +85,12 @@ class ControllerProtocol final : public JobProtocol, public RailSide {
   // DATA bytes for the copies of the work `c`'s agent reports next; `from` null: bulk_sink put
   // them in place already.
   void receive_data(Connection& c, std::uint8_t type, std::size_t bytes, const std::uint8_t* from);
+  // Member `index`, if the job can still send to it, with `expect` (unless empty) added to what it
+  // owes; else null, and a round trip's reply has learnt why.
+  Member* owed(std::size_t index, std::optional<Expect> expect);
+  Member* owed_now(std::size_t index, std::optional<Expect> expect);
+  // What submitters wrote themselves (JobState::written) joins what their agents owe.
+  void take_written();
   // An answer of the agent: it must be what the head of its queue expects.
   void answer(Connection& c, Member& member, Expect::Kind kind, Message&& m);
   // REACHED from `c`'s agent: the value it names, and every one of its device due before it, are

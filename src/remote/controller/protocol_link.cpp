@@ -1,5 +1,10 @@
 #include "remote/controller/protocol_link.hpp"
 
+#include <array>
+#include <cstring>
+
+#include "remote/limits.hpp"
+
 #include "remote/controller/post.hpp"
 #include "remote/controller/protocol.hpp"
 
@@ -59,9 +64,70 @@ void ProtocolLink::send(std::size_t member, Bytes owned,
   });
 }
 
-void ProtocolLink::submit(Submission::Owned submission) noexcept {
+void ProtocolLink::submit(Submission::Owned submission, bool alone) noexcept {
   if (in_child()) return;  // dropped here: the child's devices of the job are lost already
+  if (alone && reactor_.nothing_posted() && write_directly(submission)) return;
   reactor_.post(submission.release());
+}
+
+bool ProtocolLink::write_directly(Submission::Owned& submission) noexcept {
+  // The message is copied here first, so that the protocol may take (and free) the submission as
+  // soon as it is in the state's `written`, which it is before the first byte leaves: the loop
+  // then knows what the agent owes before the answer can arrive (ControllerProtocol::take_written,
+  // at every answer and before every message of its own).
+  std::array<std::uint8_t, direct_write_bytes_max> message;
+  std::size_t bytes = 0;
+  const auto add = [&](const std::uint8_t* from, std::size_t n) {
+    if (n > message.size() - bytes) return false;
+    std::memcpy(message.data() + bytes, from, n);
+    bytes += n;
+    return true;
+  };
+  const Submission& s = *submission;
+  if (s.pieces.empty()) {
+    if (!add(s.owned.data(), s.owned.size())) return false;
+  } else {
+    for (const Connection::Piece& p : s.pieces) {
+      if (!add(p.external != nullptr ? p.external : s.owned.data() + p.offset, p.bytes)) {
+        return false;
+      }
+    }
+  }
+  const std::size_t member = s.member;
+  std::shared_ptr<JobLink> link = s.link;  // for a rest, which outlives the submission
+  // Taken by the protocol, never run: it needs neither the link nor the copies' sources (their
+  // bytes are copied), unless the lane is not free and it goes the usual way after all.
+  std::shared_ptr<const void> keep = std::move(submission->keep);
+  submission->link.reset();
+  submission->part = Submission::Part::expectation;
+  struct Before {
+    MpscQueue* written;
+    Submission* submission;
+  } before{&state_.written, submission.get()};
+  const auto out = state_.lanes[member]->try_write(
+      {message.data(), bytes},
+      [](void* context) {
+        auto* b = static_cast<Before*>(context);
+        b->written->push(b->submission);
+      },
+      &before);
+  if (out.wrote == DirectLane::Wrote::none) {
+    submission->part = Submission::Part::whole;
+    submission->link = std::move(link);
+    submission->keep = std::move(keep);
+    return false;
+  }
+  (void)submission.release();  // in the state's `written`, from before()
+  if (out.wrote == DirectLane::Wrote::all) return true;
+  // The kernel took part of it: the loop writes the rest before anything else.
+  auto rest = Submission::make();
+  rest->link = std::move(link);
+  rest->member = member;
+  rest->part = Submission::Part::rest;
+  rest->owned.assign(message.begin() + static_cast<std::ptrdiff_t>(out.written),
+                     message.begin() + static_cast<std::ptrdiff_t>(bytes));
+  reactor_.post(rest.release());
+  return true;
 }
 
 void ProtocolLink::with_rails(std::function<void(RailSide&)> call) {
@@ -78,6 +144,10 @@ bool ProtocolLink::in_child() const noexcept {
 
 void ProtocolLink::deliver(Submission& s) noexcept {
   if (protocol_ == nullptr) return;
+  if (s.part == Submission::Part::rest) {
+    protocol_->guarded([&] { protocol_->write_rest(s.member, std::move(s.owned)); });
+    return;
+  }
   protocol_->guarded([&] {
     protocol_->send(s.member, std::move(s.owned), std::move(s.pieces), std::move(s.expect),
                     std::move(s.keep));

@@ -32,12 +32,15 @@ class ProtocolLink final : public JobLink {
 
   void send(std::size_t member, Bytes owned, rig::detail::PoolVector<Connection::Piece> pieces,
             std::optional<Expect> expect, std::shared_ptr<const void> keep = {}) override;
-  void submit(Submission::Owned submission) noexcept override;
+  void submit(Submission::Owned submission, bool alone) noexcept override;
   const SendFlow& sending() const noexcept override { return state_.sending; }
   void with_rails(std::function<void(RailSide&)> call) override;
 
  private:
   void deliver(Submission& submission) noexcept override;
+  // Writes `submission`'s message from this thread through its connection's lane, if the message
+  // is small and the lane free; false (the submission still the caller's) if not.
+  bool write_directly(Submission::Owned& submission) noexcept;
   // In a child of fork, whose copy of the loop never runs: calls end here.
   bool in_child() const noexcept;
 

@@ -168,6 +168,10 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
   e.device_id = id_;
   e.value = work.value;
   const std::uint64_t cost = inflight_cost(work);
+  // Work that follows nothing still on its way to or in the agent is latency-bound: its message
+  // may leave from this thread. Pipelined work goes through the loop, which writes what queued at
+  // one turn in one write.
+  const bool alone = flow_.idle();
   Submit submit{id_, work.value, {}};
   rig::detail::PoolVector<std::span<const std::uint8_t>> sent;
   Sources sources;
@@ -237,7 +241,7 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
   flow_.take(cost);
   command->link = std::move(link);
   JobLink& to = *command->link;
-  to.submit(std::move(command));
+  to.submit(std::move(command), alone);
 }
 
 Result<std::unique_ptr<rig::detail::Module>> RemoteDriver::load(const Program& program) {

@@ -293,6 +293,10 @@ void Connection::handshake_bytes(std::span<const std::uint8_t> bytes) {
   }
   if (hs.state() != Handshake::State::proven) return;
   state_ = State::open;
+  if (lane_) {
+    lane_->open(transport_->native_fd(), counted(handshake_));
+    release_lane_if_idle();
+  }
   if (end_when_proven_) {
     // The job ended while this connection was proving the key: the peer is in the job now, so it
     // hears how the job ended.
@@ -382,6 +386,7 @@ void Connection::send_soon_covering(const Message& m, std::uint64_t key) {
 
 void Connection::send_soon(Bytes owned, std::span<const Piece> pieces) {
   if (state_ != State::open) return;
+  claim_lane();
   if (std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.external; })) {
     return send_pieces(std::move(owned), pieces, nullptr);
   }
@@ -399,6 +404,7 @@ void Connection::send_soon(Bytes owned, std::span<const Piece> pieces) {
 void Connection::hold(const Message& m, bool Connection::*queued,
                       void (Reactor::*flush_at)(std::function<void()>)) {
   if (state_ != State::open) return;
+  claim_lane();
   encode(m, lazy_);
   if (auto* r = counted(handshake_)) r->sent_messages.fetch_add(1, std::memory_order_relaxed);
   flush_held_at(queued, flush_at);
@@ -456,11 +462,52 @@ void Connection::send_pieces(Bytes owned, std::span<const Piece> pieces,
 
 void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
                                std::function<void()> done) {
-  slices_.clear();
+  claim_lane();
   // What send_lazy held goes first: news that could wait rides on this write.
   Bytes lazy = std::move(lazy_);
   lazy_.clear();
   covering_end_ = 0;  // what was held is on its way: nothing after it replaces it
+  if (lane_ && lane_->rest_due()) {
+    // A caller's message is partly on the wire: nothing may go before its rest (write_rest).
+    deferred_.push_back({std::move(lazy),
+                         std::move(owned),
+                         {pieces.begin(), pieces.end()},
+                         std::move(done),
+                         final_message_pending_});
+    final_message_pending_ = false;
+    return;
+  }
+  write_now(std::move(lazy), std::move(owned), pieces, std::move(done));
+  release_lane_if_idle();
+}
+
+void Connection::write_rest(Bytes rest) {
+  if (!handle_open_ || (state_ != State::open && state_ != State::ending)) return;
+  write_now({}, std::move(rest), {}, nullptr);
+  if (lane_) lane_->rest_written();
+  while (!deferred_.empty() && handle_open_) {
+    Deferred d = std::move(deferred_.front());
+    deferred_.pop_front();
+    final_message_pending_ = d.final_message;
+    write_now(std::move(d.lazy), std::move(d.owned), d.pieces, std::move(d.done));
+  }
+  if (shutdown_after_rest_ && handle_open_) {
+    shutdown_after_rest_ = false;
+    if (transport_->shutdown() != 0) close_handle();
+    return;
+  }
+  release_lane_if_idle();
+}
+
+void Connection::release_lane_if_idle() noexcept {
+  if (lane_ && state_ == State::open && writes_.empty() && lazy_.empty() && deferred_.empty()) {
+    lane_->release();
+  }
+}
+
+void Connection::write_now(Bytes lazy, Bytes owned, std::span<const Piece> pieces,
+                           std::function<void()> done) {
+  slices_.clear();
   if (!lazy.empty()) slices_.push_back({lazy.data(), lazy.size()});
   if (pieces.empty() && !owned.empty()) slices_.push_back({owned.data(), owned.size()});
   for (const Piece& piece : pieces) {
@@ -503,6 +550,7 @@ void Connection::written(int status) {
   Write w = std::move(writes_.front());
   writes_.pop_front();
   if (writes_.empty() && sending_watch_) sending_watch_(false);
+  release_lane_if_idle();
   const std::int64_t now = reactor_.now_ms();
   liveness_.sent(now);
   liveness_.progress(now, !writes_.empty());
@@ -632,6 +680,8 @@ void Connection::end(const std::optional<Message>& final_message) {
   }
   const bool was_open = state_ == State::open;
   ended_ms_ = reactor_.now_ms();
+  // No caller writes from now on; one whose rest is due gets it written, before the final message.
+  if (lane_) lane_->close(true);
   if (was_open && !final_message && !lazy_.empty()) {
     flush_lazy();
     if (state_ != State::open) return;  // the write failed and closed the connection
@@ -644,6 +694,10 @@ void Connection::end(const std::optional<Message>& final_message) {
     if (state_ != State::open) return;  // the write failed and closed the connection
   }
   state_ = State::ending;
+  if (lane_ && lane_->rest_due()) {
+    shutdown_after_rest_ = true;  // write_rest shuts down once the rest and what waited have gone
+    return;
+  }
   if (transport_->shutdown() != 0) close_handle();
 }
 
@@ -679,6 +733,13 @@ void Connection::turn_away() {
 void Connection::close_handle() {
   if (!handle_open_) return;
   handle_open_ = false;
+  if (lane_) lane_->close(false);
+  // What waited behind a caller's rest goes nowhere now; its owners learn it is done.
+  while (!deferred_.empty()) {
+    Deferred d = std::move(deferred_.front());
+    deferred_.pop_front();
+    if (d.done) d.done();
+  }
   state_ = State::closing;
   if (ticker_ != 0) {
     reactor_.remove_ticker(ticker_);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "remote/io/direct_lane.hpp"
 #include "remote/io/liveness.hpp"
 #include "remote/io/reactor.hpp"
 #include "remote/io/timing.hpp"
@@ -158,6 +159,13 @@ class Connection final : private TransportEvents {
     sending_watch_ = std::move(watch);
   }
 
+  // The lane through which other threads may write to this connection's socket while it has
+  // nothing queued or held (direct_lane.hpp). Before the connection opens; none: no caller writes.
+  void set_direct_lane(std::shared_ptr<DirectLane> lane) { lane_ = std::move(lane); }
+  // What a caller's write through the lane could not hand to the kernel: written now, before
+  // everything that the loop has queued since, then the rest of that queue. Open or ending.
+  void write_rest(Bytes rest);
+
   // Opaque per-connection data for the owner (an index, a role).
   std::uint64_t tag = 0;
 
@@ -192,9 +200,18 @@ class Connection final : private TransportEvents {
   // Asks the owner where a partly received bulk frame's body goes, and reads it there if it can.
   void try_sink();
   void flush_handshake();
-  // Writes `pieces` (or all of `owned` when there are none): the socket first, a request for
-  // the rest.
+  // Writes `pieces` (or all of `owned` when there are none) behind what send_lazy and send_soon
+  // held: the socket first, a request for the rest. While a caller's rest is due, waits behind it.
   void write_buffers(Bytes owned, std::span<const Piece> pieces, std::function<void()> done);
+  // write_buffers' own part: `lazy`, then `pieces` of `owned`.
+  void write_now(Bytes lazy, Bytes owned, std::span<const Piece> pieces,
+                 std::function<void()> done);
+  // The lane is the loop's while it writes or holds bytes, and the callers' again once nothing is
+  // queued, held or waiting behind a rest.
+  void claim_lane() noexcept {
+    if (lane_) lane_->claim();
+  }
+  void release_lane_if_idle() noexcept;
   // Holds `m` for the next write, and unless `queued` says one is, asks the reactor for a flush
   // at `flush_at` (send_lazy's and send_soon's shared part).
   void hold(const Message& m, bool Connection::*queued,
@@ -249,6 +266,17 @@ class Connection final : private TransportEvents {
   std::optional<Message> final_when_proven_;
   bool handle_open_ = false;  // a transport is there and not yet closing
   std::function<void(bool)> sending_watch_;
+  std::shared_ptr<DirectLane> lane_;
+  // Writes that came while a caller's rest was due, in order, each with what was held before it.
+  struct Deferred {
+    Bytes lazy;
+    Bytes owned;
+    std::vector<Piece> pieces;
+    std::function<void()> done;
+    bool final_message;
+  };
+  std::deque<Deferred> deferred_;
+  bool shutdown_after_rest_ = false;  // end() came while a rest was due: shut down once it went
 };
 
 // Appends to a write the frames of type `type` (PAYLOAD or DATA) that carry `bytes` from where

@@ -71,6 +71,7 @@ Reactor::~Reactor() {
 }
 
 void Reactor::post(Command* command) noexcept {
+  unrun_.fetch_add(1, std::memory_order_acq_rel);
   queue_.push(command);
   // A read-modify-write, as is the loop's clearing in on_spin: if this one comes first, the loop's
   // synchronizes with it and its last look at the queue finds the command; if the loop's comes
@@ -97,7 +98,10 @@ void Reactor::stop() noexcept {
   if (stopping_) return;
   stopping_ = true;
   // Every command posted so far runs: each completes exactly once.
-  while (QueueNode* node = queue_.pop()) static_cast<Command*>(node)->run(*this);
+  while (QueueNode* node = queue_.pop()) {
+    static_cast<Command*>(node)->run(*this);
+    unrun_.fetch_sub(1, std::memory_order_acq_rel);
+  }
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
@@ -267,6 +271,7 @@ void Reactor::drain_commands() {
     QueueNode* node = queue_.pop();
     if (node == nullptr) return;
     static_cast<Command*>(node)->run(*this);
+    unrun_.fetch_sub(1, std::memory_order_acq_rel);
     if (i == 0) note_activity();
   }
   if (!stopping_) uv_async_send(&async_);

@@ -43,6 +43,8 @@ class Reactor {
   // the queue on every turn, so the wake-up (a write to an eventfd, and the loop's read of it) is
   // left out.
   void post(Command* command) noexcept;
+  // Whether every command posted so far has run. Any thread; a post may follow at once.
+  bool nothing_posted() const noexcept { return unrun_.load(std::memory_order_acquire) == 0; }
 
   // Runs the loop on this thread until stop() and until every handle has closed.
   void run();
@@ -127,6 +129,8 @@ class Reactor {
   // 1 while spin_ is active: posters leave out uv_async_send. Cleared before the loop's last
   // look at the queue, so that a post either sees it clear or is found by that look.
   std::atomic<std::uint32_t> polling_{0};
+  // Commands posted and not yet run.
+  std::atomic<std::size_t> unrun_{0};
   uv_idle_t soon_idle_{};  // active while soon_ holds work: its turn's poll does not sleep
   std::vector<std::function<void()>> soon_;
   uv_check_t turn_end_{};                // active while turn_end_work_ holds work: after the poll

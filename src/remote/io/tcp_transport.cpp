@@ -203,6 +203,12 @@ void TcpTransport::reset() {
   ::connect(fd, &none, sizeof none);
 }
 
+int TcpTransport::native_fd() const noexcept {
+  uv_os_fd_t fd = -1;
+  if (!handle_open_ || uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd) != 0) return -1;
+  return fd;
+}
+
 std::size_t TcpTransport::queued_bytes() const noexcept {
   if (!handle_open_) return 0;
   return uv_stream_get_write_queue_size(reinterpret_cast<const uv_stream_t*>(&tcp_));

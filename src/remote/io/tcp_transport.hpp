@@ -42,6 +42,7 @@ class TcpTransport final : public Transport {
   // (connect(2)), which resets an established connection; both ends then read ECONNRESET.
   void reset() override;
   std::size_t queued_bytes() const noexcept override;
+  int native_fd() const noexcept override;
   bool send_state(TcpSendState& out) const noexcept override;
   std::string peer_address() const override;
 

@@ -83,6 +83,10 @@ class Transport {
   // once, the rest waits here. 0, write_queued, or an error code (see write_queued). The slices'
   // bytes must stay where they are until the write is done; the span itself only during the call.
   virtual int write(std::span<const Slice> slices) = 0;
+  // The socket's descriptor, for writes by another thread while nothing is queued here
+  // (direct_lane.hpp), or -1: a transport whose writes must all pass through write() (a
+  // simulation's, one that injects faults) has none.
+  virtual int native_fd() const noexcept { return -1; }
   // Ends this side of the stream once every queued write has gone (the peer then reads EOF);
   // on_shutdown follows. 0, or an error code (then nothing follows).
   virtual int shutdown() = 0;

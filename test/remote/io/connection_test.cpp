@@ -4,6 +4,9 @@
 // tick before. No test here sleeps; real processes prove the same over TCP (../fault_test.cpp).
 #include "remote/io/connection.hpp"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -563,4 +566,53 @@ TEST_CASE(
     CHECK(j.agent_owner.text() == "proven | FREE | FREE");
     CHECK(j.ctl_end->writes() == writes + 1);
   }
+}
+
+// A caller's write through the connection's DirectLane that the kernel took only part of (here:
+// none of it, on a real socket whose buffers are full, standing in for this connection's): the
+// loop writes the rest before anything of its own, and an end in order waits for that rest too.
+TEST_CASE("connection: after a caller's partial write, the loop's writes wait for its rest") {
+  int full[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, full) == 0);
+  const std::vector<std::uint8_t> filler(64 << 10, 1);
+  while (::send(full[0], filler.data(), filler.size(), MSG_DONTWAIT) > 0) {
+  }
+  Bytes rest;
+  encode(Reached{1, 7}, rest);
+  const auto partial = [&](Ends& j) {
+    auto lane = std::make_shared<DirectLane>();
+    j.ctl->set_direct_lane(lane);
+    lane->open(full[0], nullptr);
+    lane->release();
+    int before = 0;
+    const auto out = lane->try_write(
+        rest, [](void* c) { ++*static_cast<int*>(c); }, &before);
+    REQUIRE(out.wrote == DirectLane::Wrote::part);
+    REQUIRE(out.written == 0);
+    return lane;
+  };
+  SUBCASE("a message the loop sends meanwhile goes after the rest") {
+    Ends j;
+    const auto lane = partial(j);
+    j.ctl->send(Free{5});
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven");  // held behind the rest
+    j.ctl->write_rest(rest);
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven | REACHED | FREE");
+    CHECK_FALSE(lane->rest_due());
+  }
+  SUBCASE("an end with an ABORT sends the rest, then the abort, then ends the stream") {
+    Ends j;
+    const auto lane = partial(j);
+    j.ctl->end(Abort{"stop"});
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven");
+    j.ctl->write_rest(rest);
+    j.finish();
+    CHECK(j.agent_owner.text() == "proven | REACHED | abort stop | closed");
+    CHECK_FALSE(lane->rest_due());
+  }
+  ::close(full[0]);
+  ::close(full[1]);
 }
