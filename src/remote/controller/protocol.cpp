@@ -183,6 +183,16 @@ void ControllerProtocol::send(std::size_t index, Bytes owned,
 }
 
 Member* ControllerProtocol::owed(std::size_t index, std::optional<Expect> expect) {
+  // Submitters' writes on the member's connection stop before what its agent owes is looked at:
+  // one that wrote before has put its submission in `written`, taken here ahead of this message,
+  // and one after finds the lane taken and posts behind it. Without this, a write between the
+  // look and the loop's own write put its answer first on the wire and last in the queue.
+  // (Only while the job may still send: a failed job's connections may be gone.)
+  if (!has_failed() && !closing_ && index < members_.size() &&
+      members_[index].connection != nullptr &&
+      members_[index].connection->state() == Connection::State::open) {
+    members_[index].connection->hold_lane();
+  }
   take_written();
   return owed_now(index, std::move(expect));
 }
@@ -219,9 +229,13 @@ void ControllerProtocol::take_written() {
 }
 
 void ControllerProtocol::write_rest(std::size_t index, Bytes rest) {
-  if (index < members_.size() && members_[index].connection != nullptr) {
-    members_[index].connection->write_rest(std::move(rest));
-  }
+  if (index >= members_.size() || members_[index].connection == nullptr) return;
+  // The connection may have closed since (a failed job's are let go of as they close): only one
+  // still held gets the rest.
+  Connection* to = members_[index].connection;
+  bool held = false;
+  each_connection([&](Connection& c) { held = held || &c == to; });
+  if (held) to->write_rest(std::move(rest));
 }
 
 void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind, Message&& m) {

@@ -165,6 +165,9 @@ class Connection final : private TransportEvents {
   // What a caller's write through the lane could not hand to the kernel: written now, before
   // everything that the loop has queued since, then the rest of that queue. Open or ending.
   void write_rest(Bytes rest);
+  // Takes the lane from callers until this connection's next write is done (the owner is about
+  // to queue a message whose place among the callers' must be fixed first).
+  void hold_lane() noexcept { claim_lane(); }
 
   // Opaque per-connection data for the owner (an index, a role).
   std::uint64_t tag = 0;
