@@ -80,6 +80,10 @@ TEST_SUITE("integration") {
       CAPTURE(j);
       one_job(key, a.address());
     }
+    // The daemon notes a job's end when it reaps the job's process, which may come a moment after
+    // the controller's close has returned: on a loaded machine a stop at once came before the
+    // last job's end was noted, and its line was never meant (CI, once in four runs).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     const auto t0 = Clock::now();
     kill(a.pid, SIGTERM);
     const auto status = a.wait_for(10'000);
