@@ -94,12 +94,6 @@ bool ProtocolLink::write_directly(Submission::Owned& submission) noexcept {
     }
   }
   const std::size_t member = s.member;
-  std::shared_ptr<JobLink> link = s.link;  // for a rest, which outlives the submission
-  // Taken by the protocol, never run: it needs neither the link nor the copies' sources (their
-  // bytes are copied), unless the lane is not free and it goes the usual way after all.
-  std::shared_ptr<const void> keep = std::move(submission->keep);
-  submission->link.reset();
-  submission->part = Submission::Part::expectation;
   struct Before {
     MpscQueue* written;
     Submission* submission;
@@ -111,17 +105,12 @@ bool ProtocolLink::write_directly(Submission::Owned& submission) noexcept {
         b->written->push(b->submission);
       },
       &before);
-  if (out.wrote == DirectLane::Wrote::none) {
-    submission->part = Submission::Part::whole;
-    submission->link = std::move(link);
-    submission->keep = std::move(keep);
-    return false;
-  }
+  if (out.wrote == DirectLane::Wrote::none) return false;
   (void)submission.release();  // in the state's `written`, from before()
   if (out.wrote == DirectLane::Wrote::all) return true;
   // The kernel took part of it: the loop writes the rest before anything else.
   auto rest = Submission::make();
-  rest->link = std::move(link);
+  rest->link = state_.link;
   rest->member = member;
   rest->part = Submission::Part::rest;
   rest->owned.assign(message.begin() + static_cast<std::ptrdiff_t>(out.written),

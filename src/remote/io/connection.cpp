@@ -386,7 +386,7 @@ void Connection::send_soon_covering(const Message& m, std::uint64_t key) {
 
 void Connection::send_soon(Bytes owned, std::span<const Piece> pieces) {
   if (state_ != State::open) return;
-  claim_lane();
+  (void)claim_lane();
   if (std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.external; })) {
     return send_pieces(std::move(owned), pieces, nullptr);
   }
@@ -404,7 +404,7 @@ void Connection::send_soon(Bytes owned, std::span<const Piece> pieces) {
 void Connection::hold(const Message& m, bool Connection::*queued,
                       void (Reactor::*flush_at)(std::function<void()>)) {
   if (state_ != State::open) return;
-  claim_lane();
+  (void)claim_lane();
   encode(m, lazy_);
   if (auto* r = counted(handshake_)) r->sent_messages.fetch_add(1, std::memory_order_relaxed);
   flush_held_at(queued, flush_at);
@@ -462,12 +462,12 @@ void Connection::send_pieces(Bytes owned, std::span<const Piece> pieces,
 
 void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
                                std::function<void()> done) {
-  claim_lane();
+  const bool rest_due = claim_lane();
   // What send_lazy held goes first: news that could wait rides on this write.
   Bytes lazy = std::move(lazy_);
   lazy_.clear();
   covering_end_ = 0;  // what was held is on its way: nothing after it replaces it
-  if (lane_ && lane_->rest_due()) {
+  if (rest_due) {
     // A caller's message is partly on the wire: nothing may go before its rest (write_rest).
     deferred_.push_back({std::move(lazy),
                          std::move(owned),

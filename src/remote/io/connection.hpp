@@ -167,7 +167,7 @@ class Connection final : private TransportEvents {
   void write_rest(Bytes rest);
   // Takes the lane from callers until this connection's next write is done (the owner is about
   // to queue a message whose place among the callers' must be fixed first).
-  void hold_lane() noexcept { claim_lane(); }
+  void hold_lane() noexcept { (void)claim_lane(); }
 
   // Opaque per-connection data for the owner (an index, a role).
   std::uint64_t tag = 0;
@@ -211,9 +211,8 @@ class Connection final : private TransportEvents {
                  std::function<void()> done);
   // The lane is the loop's while it writes or holds bytes, and the callers' again once nothing is
   // queued, held or waiting behind a rest.
-  void claim_lane() noexcept {
-    if (lane_) lane_->claim();
-  }
+  // Returns whether a caller's rest is due (the loop's writes then wait for write_rest).
+  bool claim_lane() noexcept { return lane_ && lane_->claim(); }
   void release_lane_if_idle() noexcept;
   // Holds `m` for the next write, and unless `queued` says one is, asks the reactor for a flush
   // at `flush_at` (send_lazy's and send_soon's shared part).

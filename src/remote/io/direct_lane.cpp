@@ -34,9 +34,10 @@ void DirectLane::open(int fd, ConnectionCounters::Role* counts) noexcept {
   close_after_rest_ = false;
 }
 
-void DirectLane::claim() noexcept {
+bool DirectLane::claim() noexcept {
   const std::lock_guard lock(mu_);
   if (state_ == State::free) state_ = State::loop;
+  return state_ == State::rest_due;
 }
 
 void DirectLane::release() noexcept {

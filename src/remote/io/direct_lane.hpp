@@ -45,8 +45,8 @@ class DirectLane {
   // into `counts` (null: not counted).
   void open(int fd, ConnectionCounters::Role* counts) noexcept;
   // The loop is about to write or hold bytes for this connection: callers' writes wait for
-  // release (one already under way finishes first).
-  void claim() noexcept;
+  // release (one already under way finishes first). Returns rest_due(), read under the same lock.
+  bool claim() noexcept;
   // The connection has nothing queued or held: callers may write again (not while a rest is due).
   void release() noexcept;
   // A caller's write stopped partway: the loop's next write on this connection is its rest.
