@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <new>
 #include <vector>
@@ -48,24 +49,59 @@ struct HostGo final : Command {
   }
 };
 
+// Posts round(s) host code numbered to the loop, which starts them; the new round's number (or
+// `round`, numbered already), 0 if there was no memory for the message.
+std::uint64_t post_go(HostRecord* h, std::uint64_t round) noexcept {
+  void* at = nullptr;
+  try {
+    at = rig::detail::pool_allocate(sizeof(HostGo));
+  } catch (...) {
+    at = nullptr;  // no memory for the message: no round
+  }
+  if (at == nullptr) return 0;
+  auto* go = new (at) HostGo();
+  go->slot = static_cast<std::uint32_t>(h - records);
+  go->rail = h->rail;
+  if (round == 0) round = h->held->numbered.fetch_add(1, std::memory_order_acq_rel) + 1;
+  h->reactor->post(go);
+  return round;
+}
+
 std::uint64_t rail_go(rig_rail* r) noexcept {
   auto* h = static_cast<HostRecord*>(r->context);
   if (r->is_source == 0) return 0;
   h->busy.fetch_add(1, std::memory_order_seq_cst);
   std::uint64_t round = 0;
   if (h->live.load(std::memory_order_seq_cst) != 0 && rig_rail_sent(r) != RIG_RAIL_RAISED) {
-    void* at = nullptr;
-    try {
-      at = rig::detail::pool_allocate(sizeof(HostGo));
-    } catch (...) {
-      at = nullptr;  // no memory for the message: no round
-    }
-    if (at != nullptr) {
-      auto* go = new (at) HostGo();
-      go->slot = static_cast<std::uint32_t>(h - records);
-      go->rail = h->rail;
-      round = h->held->numbered.fetch_add(1, std::memory_order_acq_rel) + 1;
-      h->reactor->post(go);
+    // A small round whose link has nothing else to send leaves from this thread (Rails::
+    // write_round): the post, the loop's wake-up and its turn were most of a host-code round trip
+    // on one core (bench/README.md, "Session 18").
+    std::array<std::uint8_t, direct_write_bytes_max> message;
+    std::size_t rest_at = 0, rest_end = 0;
+    const Rails::Written w = Rails::write_round(*h->held, message, rest_at, rest_end);
+    switch (w.how) {
+      case Rails::Written::How::not_tried:
+        round = post_go(h, 0);
+        break;
+      case Rails::Written::How::posted: {
+        // Numbered already: the loop sends it. Without memory to tell it so there is no round,
+        // unless another thread numbered one since, whose post starts this one too.
+        round = post_go(h, w.round);
+        std::uint64_t numbered = w.round;
+        if (round == 0 && !h->held->numbered.compare_exchange_strong(numbered, w.round - 1,
+                                                                     std::memory_order_acq_rel)) {
+          round = w.round;
+        }
+        break;
+      }
+      case Rails::Written::How::all:
+        round = w.round;
+        break;
+      case Rails::Written::How::part:
+        round = w.round;
+        (void)post_rest(*h->reactor, h->held->lane,
+                        std::span(message).subspan(rest_at, rest_end - rest_at));
+        break;
     }
   }
   h->busy.fetch_sub(1, std::memory_order_seq_cst);

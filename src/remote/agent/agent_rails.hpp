@@ -20,7 +20,8 @@
 namespace rig::remote {
 
 // Owner: the agent's work (AgentWork). Threads: the loop, but for host code's rig_rail calls (any
-// thread: they only post to the loop, through a record of a fixed table that outlives the job).
+// thread: they write a small round through the rail's link's DirectLane or post to the loop,
+// through a record of a fixed table that outlives the job).
 // Lifetime: the job's; shut() (or the destructor) stops host code's calls from reaching it.
 class AgentRails {
  public:

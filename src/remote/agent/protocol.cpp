@@ -105,6 +105,9 @@ void AgentProtocol::accept(std::unique_ptr<Transport> transport) {
   }
   Connection& c = add_connection("a connection");
   c.tag = stranger;
+  // Host code writes its small rounds of rails over this connection itself (Rails::write_round),
+  // if it becomes the job's link to another agent.
+  c.set_direct_lane(std::make_shared<DirectLane>());
   strangers_.push_back(&c);
   const ListenerConfig config{instance_};
   c.adopt(std::move(transport), Handshake::listener(key_, config));
@@ -356,6 +359,7 @@ void AgentProtocol::on_join(const Join& join) {
     if (!transport) return fail(shown + ": " + transport.error());
     Connection& c = add_connection(shown);
     c.tag = dial_tag;
+    c.set_direct_lane(std::make_shared<DirectLane>());
     DialerConfig config{Role::agent, my_name_, *job_, join.names[i], instance_};
     c.dial(std::move(*transport), Handshake::dialer(key_, config));
   }

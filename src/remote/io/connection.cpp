@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <new>
+#include <utility>
 
+#include "core/pool.hpp"
 #include "remote/io/counters.hpp"
 #include "remote/io/guard.hpp"
 #include "remote/io/tcp_transport.hpp"
@@ -294,7 +297,7 @@ void Connection::handshake_bytes(std::span<const std::uint8_t> bytes) {
   if (hs.state() != Handshake::State::proven) return;
   state_ = State::open;
   if (lane_) {
-    lane_->open(transport_->native_fd(), counted(handshake_));
+    lane_->open(transport_->native_fd(), counted(handshake_), this);
     release_lane_if_idle();
   }
   if (end_when_proven_) {
@@ -363,6 +366,18 @@ void Connection::send(const Message& m) {
 }
 
 void Connection::send_lazy(const Message& m) {
+  if (state_ != State::open) return;
+  if (lane_) {
+    // In the lane, the news leaves with whichever write comes first, a caller's included, and
+    // leaves the lane free meanwhile. A lane that takes none (closed, a rest due) leaves it here.
+    Bytes news;
+    encode(m, news);
+    if (lane_->carry(news)) {
+      if (auto* r = counted(handshake_)) r->sent_messages.fetch_add(1, std::memory_order_relaxed);
+      flush_held_at(&Connection::lazy_flush_queued_, &Reactor::when_idle);
+      return;
+    }
+  }
   hold(m, &Connection::lazy_flush_queued_, &Reactor::when_idle);
 }
 
@@ -422,8 +437,12 @@ void Connection::flush_held_at(bool Connection::*queued,
   });
 }
 
+bool Connection::holds_news() const noexcept {
+  return !lazy_.empty() || (lane_ && lane_->carries());
+}
+
 void Connection::flush_lazy() {
-  if (state_ != State::open || lazy_.empty()) return;
+  if (state_ != State::open || !holds_news()) return;
   write_buffers({}, {}, nullptr);
 }
 
@@ -462,9 +481,15 @@ void Connection::send_pieces(Bytes owned, std::span<const Piece> pieces,
 
 void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
                                std::function<void()> done) {
-  const bool rest_due = claim_lane();
-  // What send_lazy held goes first: news that could wait rides on this write.
-  Bytes lazy = std::move(lazy_);
+  // What send_lazy held goes first (in the lane, or here): news that could wait rides on this
+  // write.
+  Bytes lazy;
+  const bool rest_due = lane_ && lane_->claim(&lazy);
+  if (lazy.empty()) {
+    lazy = std::move(lazy_);
+  } else {
+    lazy.insert(lazy.end(), lazy_.begin(), lazy_.end());
+  }
   lazy_.clear();
   covering_end_ = 0;  // what was held is on its way: nothing after it replaces it
   if (rest_due) {
@@ -483,7 +508,10 @@ void Connection::write_buffers(Bytes owned, std::span<const Piece> pieces,
 
 void Connection::write_rest(Bytes rest) {
   if (!handle_open_ || (state_ != State::open && state_ != State::ending)) return;
-  write_now({}, std::move(rest), {}, nullptr);
+  // What the caller's write left of the news it carried goes first: it was in front of the rest.
+  Bytes news;
+  if (lane_) lane_->take_carried(news);
+  write_now(std::move(news), std::move(rest), {}, nullptr);
   if (lane_) lane_->rest_written();
   while (!deferred_.empty() && handle_open_) {
     Deferred d = std::move(deferred_.front());
@@ -497,6 +525,10 @@ void Connection::write_rest(Bytes rest) {
     return;
   }
   release_lane_if_idle();
+}
+
+void Connection::on_posted_rest(Bytes rest) noexcept {
+  guard([&] { write_rest(std::move(rest)); }, [this](const std::string& what) { thrown(what); });
 }
 
 void Connection::release_lane_if_idle() noexcept {
@@ -682,7 +714,7 @@ void Connection::end(const std::optional<Message>& final_message) {
   ended_ms_ = reactor_.now_ms();
   // No caller writes from now on; one whose rest is due gets it written, before the final message.
   if (lane_) lane_->close(true);
-  if (was_open && !final_message && !lazy_.empty()) {
+  if (was_open && !final_message && holds_news()) {
     flush_lazy();
     if (state_ != State::open) return;  // the write failed and closed the connection
   }
@@ -751,6 +783,46 @@ void Connection::close_handle() {
 void Connection::on_closed() noexcept {
   state_ = State::closed;
   owner_.on_closed(*this);  // may destroy this
+}
+
+namespace {
+
+// A caller's rest on its way to the loop. Owner: the poster, then the loop, which frees it once
+// run. From the block pool, as its bytes are.
+struct RestCommand final : Command {
+  std::shared_ptr<DirectLane> lane;
+  Bytes rest;
+  void run(Reactor&) noexcept override {
+    // Loop thread, where the connection clears itself from the lane as it closes.
+    Connection* c = lane->connection();
+    Bytes bytes = std::move(rest);
+    std::shared_ptr<DirectLane> keep = std::move(lane);
+    this->~RestCommand();
+    rig::detail::pool_release(this, sizeof(RestCommand));
+    if (c != nullptr) c->on_posted_rest(std::move(bytes));
+  }
+};
+
+}  // namespace
+
+bool post_rest(Reactor& reactor, std::shared_ptr<DirectLane> lane,
+               std::span<const std::uint8_t> rest) noexcept {
+  try {
+    void* at = rig::detail::pool_allocate(sizeof(RestCommand));
+    auto* command = new (at) RestCommand();
+    command->lane = std::move(lane);
+    try {
+      command->rest.assign(rest.begin(), rest.end());
+    } catch (...) {
+      command->~RestCommand();
+      rig::detail::pool_release(at, sizeof(RestCommand));
+      return false;
+    }
+    reactor.post(command);
+    return true;
+  } catch (...) {
+    return false;
+  }
 }
 
 }  // namespace rig::remote

@@ -162,9 +162,12 @@ class Connection final : private TransportEvents {
   // The lane through which other threads may write to this connection's socket while it has
   // nothing queued or held (direct_lane.hpp). Before the connection opens; none: no caller writes.
   void set_direct_lane(std::shared_ptr<DirectLane> lane) { lane_ = std::move(lane); }
+  const std::shared_ptr<DirectLane>& direct_lane() const noexcept { return lane_; }
   // What a caller's write through the lane could not hand to the kernel: written now, before
   // everything that the loop has queued since, then the rest of that queue. Open or ending.
   void write_rest(Bytes rest);
+  // The same for a rest a caller posted itself (post_rest): a throw fails the connection.
+  void on_posted_rest(Bytes rest) noexcept;
   // Takes the lane from callers until this connection's next write is done (the owner is about
   // to queue a message whose place among the callers' must be fixed first).
   void hold_lane() noexcept { (void)claim_lane(); }
@@ -221,6 +224,8 @@ class Connection final : private TransportEvents {
   // What has just been put in lazy_: unless `queued` says one is, asks the reactor for a flush.
   void flush_held_at(bool Connection::*queued, void (Reactor::*flush_at)(std::function<void()>));
   void flush_lazy();  // the held messages, in a write of their own
+  // Whether send_lazy's or send_soon's messages wait for a write (here or in the lane).
+  bool holds_news() const noexcept;
   void tick(std::int64_t now_ms);
   void fail(const std::string& cause);
   // Why a handshake that did not finish in time failed: what it still lacked.
@@ -289,5 +294,13 @@ void add_bulk_frames(Bytes& owned, rig::detail::PoolVector<Connection::Piece>& p
 
 // "10 s", "0.25 s": a duration in the root causes, exact for the scaled times tests use.
 std::string seconds_text(std::int64_t ms);
+
+// Any thread but the loop's, after a `part` outcome: posts the rest of the caller's message
+// (`rest`, the bytes try_write did not write) to the loop, which hands it to the lane's connection
+// (Connection::write_rest) if that is still there. From the block pool: safe in a signal handler.
+// False if no memory was left for it: the connection then stalls, and its peer's deadline fails
+// the job.
+bool post_rest(Reactor& reactor, std::shared_ptr<DirectLane> lane,
+               std::span<const std::uint8_t> rest) noexcept;
 
 }  // namespace rig::remote

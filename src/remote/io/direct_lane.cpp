@@ -1,43 +1,79 @@
 #include "remote/io/direct_lane.hpp"
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace rig::remote {
 
 DirectLane::Outcome DirectLane::try_write(std::span<const std::uint8_t> bytes,
                                           void (*before)(void*), void* context) noexcept {
-  const std::lock_guard lock(mu_);
-  if (state_ != State::free || bytes.empty()) return {};
+  const std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock() || state_ != State::free || bytes.empty()) return {};
   before(context);
+  iovec parts[2];
+  int count = 0;
+  if (!carried_.empty()) parts[count++] = {carried_.data(), carried_.size()};
+  parts[count++] = {const_cast<std::uint8_t*>(bytes.data()), bytes.size()};
+  msghdr message{};
+  message.msg_iov = parts;
+  message.msg_iovlen = static_cast<std::size_t>(count);
   ssize_t n;
   do {
-    n = ::send(fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    n = ::sendmsg(fd_, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
   // An error (a full socket, or a broken one) wrote nothing: the loop writes it all, and meets the
   // error itself if there is one, as it would have without the lane.
-  const std::size_t written = n > 0 ? static_cast<std::size_t>(n) : 0;
+  std::size_t written = n > 0 ? static_cast<std::size_t>(n) : 0;
   if (counts_ != nullptr && written > 0) {
     counts_->sent_bytes.fetch_add(written, std::memory_order_relaxed);
   }
+  // The news went first: what of it the kernel took is gone from the lane, and the rest of it
+  // stays for the loop's write of the caller's rest, in front of it.
+  const std::size_t news = std::min(written, carried_.size());
+  carried_.erase(carried_.begin(), carried_.begin() + static_cast<std::ptrdiff_t>(news));
+  written -= news;
   if (written == bytes.size()) return {Wrote::all, written};
   state_ = State::rest_due;
   return {Wrote::part, written};
 }
 
-void DirectLane::open(int fd, ConnectionCounters::Role* counts) noexcept {
+void DirectLane::open(int fd, ConnectionCounters::Role* counts, Connection* connection) noexcept {
   const std::lock_guard lock(mu_);
   fd_ = fd;
   counts_ = counts;
+  connection_ = connection;
   state_ = fd >= 0 ? State::loop : State::closed;
   close_after_rest_ = false;
 }
 
-bool DirectLane::claim() noexcept {
+bool DirectLane::claim(Bytes* carried) noexcept {
   const std::lock_guard lock(mu_);
   if (state_ == State::free) state_ = State::loop;
-  return state_ == State::rest_due;
+  if (state_ == State::rest_due) return true;
+  if (carried != nullptr && !carried_.empty()) {
+    carried->insert(carried->end(), carried_.begin(), carried_.end());
+    carried_.clear();
+  }
+  return false;
+}
+
+bool DirectLane::carry(std::span<const std::uint8_t> news) noexcept {
+  const std::lock_guard lock(mu_);
+  if (state_ != State::free && state_ != State::loop) return false;
+  try {
+    carried_.insert(carried_.end(), news.begin(), news.end());
+  } catch (...) {
+    return false;  // no memory for it here: the connection keeps it
+  }
+  return true;
+}
+
+bool DirectLane::carries() const noexcept {
+  const std::lock_guard lock(mu_);
+  return !carried_.empty();
 }
 
 void DirectLane::release() noexcept {
@@ -48,6 +84,12 @@ void DirectLane::release() noexcept {
 bool DirectLane::rest_due() const noexcept {
   const std::lock_guard lock(mu_);
   return state_ == State::rest_due;
+}
+
+void DirectLane::take_carried(Bytes& out) noexcept {
+  const std::lock_guard lock(mu_);
+  out.insert(out.end(), carried_.begin(), carried_.end());
+  carried_.clear();
 }
 
 void DirectLane::rest_written() noexcept {
@@ -63,6 +105,10 @@ void DirectLane::close(bool keep_rest) noexcept {
     return;
   }
   state_ = State::closed;
+  if (!keep_rest) {
+    connection_ = nullptr;
+    carried_.clear();
+  }
 }
 
 }  // namespace rig::remote

@@ -1,7 +1,10 @@
 #include "remote/job/rails.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "remote/io/guard.hpp"
 #include "remote/job/work_counters.hpp"
@@ -44,6 +47,7 @@ std::optional<std::string> Rails::add(std::uint32_t id, bool source, Connection&
   rail->parts = std::move(parts);
   rail->keep = std::move(keep);
   rail->counts = std::move(counts);
+  if (source) rail->lane = link.direct_lane();
   if (raised_) rail->counts->raise();
   held_[id] = std::move(rail);
   return std::nullopt;
@@ -71,8 +75,92 @@ void Rails::go(HeldRail& rail, std::uint64_t round, bool wait_ready, const std::
 }
 
 void Rails::host_go(HeldRail& rail) {
-  const std::uint64_t upto = rail.numbered.load(std::memory_order_acquire);
-  while (!raised_ && rail.started < upto) go(rail, rail.started + 1, false, "");
+  // Host code does not write a round itself meanwhile (write_round), so a round numbered and not
+  // yet started here is the loop's to send unless host code wrote it already. It holds this only
+  // for one non-blocking write.
+  while (rail.writing.exchange(true, std::memory_order_seq_cst)) sched_yield();
+  guard(
+      [&] {
+        catch_up(rail);
+        const std::uint64_t upto = rail.numbered.load(std::memory_order_seq_cst);
+        while (!raised_ && rail.started < upto) go(rail, rail.started + 1, false, "");
+      },
+      [&](const std::string& what) { events_.fail(what); });
+  rail.writing.store(false, std::memory_order_seq_cst);
+}
+
+void Rails::catch_up(HeldRail& rail) {
+  // Every round up to `direct` that the loop has not started is one host code wrote: host code
+  // writes a round only once every round before it is with the link (write_round).
+  const std::uint64_t direct = rail.direct.load(std::memory_order_acquire);
+  while (!raised_ && rail.started < direct) {
+    const std::uint64_t round = ++rail.started;
+    WorkCounters::add(&WorkCounters::rail_rounds_sent, 1);
+    WorkCounters::add(&WorkCounters::rail_bytes_sent, round_bytes(rail));
+    if (events_.sent) events_.sent(rail, round);
+  }
+}
+
+Rails::Written Rails::write_round(HeldRail& rail, std::span<std::uint8_t> message,
+                                  std::size_t& rest_at, std::size_t& rest_end) noexcept {
+  Written out;
+  if (!rail.lane || !rail.source) return out;
+  // The round's frames, as the loop cuts them (pump): per transfer, RAIL_CHUNK and RAIL_DATA.
+  std::size_t need = 0;
+  for (const auto& part : rail.parts) {
+    need += rail_chunk_frame_bytes + frame_header_bytes + part.size();
+  }
+  if (need > message.size()) return out;
+  if (rail.writing.exchange(true, std::memory_order_seq_cst)) return out;  // another is at it
+  std::uint64_t before = rail.numbered.load(std::memory_order_seq_cst);
+  // Only behind rounds all handed on: so nothing of this rail's is left for the loop to send, and
+  // this round cannot pass one (the lane is free only while the link has nothing queued).
+  if (rail.handed.load(std::memory_order_acquire) != before ||
+      !rail.numbered.compare_exchange_strong(before, before + 1, std::memory_order_seq_cst)) {
+    rail.writing.store(false, std::memory_order_seq_cst);
+    return out;
+  }
+  out.round = before + 1;
+  std::size_t at = 0;
+  for (std::uint32_t i = 0; i < rail.parts.size(); ++i) {
+    const std::span<std::byte> part = rail.parts[i];
+    at += encode_into(RailChunk{rail.id, out.round, i, 0}, message.subspan(at));
+    write_frame_header(
+        std::span<std::uint8_t, frame_header_bytes>(message.data() + at, frame_header_bytes),
+        RailData::type, part.size());
+    at += frame_header_bytes;
+    std::memcpy(message.data() + at, part.data(), part.size());
+    at += part.size();
+  }
+  struct Mark {
+    HeldRail* rail;
+    std::uint64_t round;
+  } mark{&rail, out.round};
+  // Before the first byte leaves: the destination's count of this round may come back to the loop
+  // at once, and must find the round counted (catch_up, at on_count).
+  const auto wrote = rail.lane->try_write(
+      message.first(at),
+      [](void* context) {
+        const auto* m = static_cast<Mark*>(context);
+        m->rail->direct.store(m->round, std::memory_order_release);
+        m->rail->handed.store(m->round, std::memory_order_release);
+      },
+      &mark);
+  rail.writing.store(false, std::memory_order_seq_cst);
+  if (wrote.wrote == DirectLane::Wrote::none) {
+    out.how = Written::How::posted;
+    return out;
+  }
+  // The sources were copied into `message` before the write: they may be written again.
+  rail.counts->sent().publish(out.round);
+  if (wrote.wrote == DirectLane::Wrote::all) {
+    out.how = Written::How::all;
+    return out;
+  }
+  out.how = Written::How::part;
+  rest_at = wrote.written;
+  rest_end = at;
+  return out;
 }
 
 void Rails::release_ready(HeldRail& rail) {
@@ -95,6 +183,7 @@ void Rails::queue(HeldRail& rail, std::uint64_t round) {
 
 void Rails::end(HeldRail& rail) {
   if (rail.ending) return;
+  catch_up(rail);
   rail.ending = true;
   if (!rail.waiting_ready.empty()) return;  // release_ready queues it after them
   outgoing_[rail.link].items.push_back({held_[rail.id], 0});
@@ -160,6 +249,12 @@ void Rails::pump(Connection* link) {
         o.part = 0;
         finished.push_back(item);
       }
+    }
+    // The link holds this write from here (its lane taken first): host code may write the next
+    // round of these rails itself (write_round), which then goes behind it.
+    link->hold_lane();
+    for (const Outgoing::Item& item : finished) {
+      if (item.round != 0) item.rail->handed.store(item.round, std::memory_order_release);
     }
     o.in_flight = true;  // cleared by written, which may run inside send_pieces
     link->send_pieces(std::move(owned), pieces,
@@ -312,6 +407,7 @@ void Rails::on_count(Connection& from, const RailCount& m) {
   if (find(m.rail) == nullptr && passed_on_.count(m.rail) != 0) return;
   HeldRail* rail = held_on(from, m.rail, "RAIL_COUNT", true);
   if (rail == nullptr) return;
+  catch_up(*rail);
   if (m.which != RailCount::arrived || m.value > rail->started) {
     return bad(from, "RAIL_COUNT " + std::to_string(m.which) + " of " + std::to_string(m.value) +
                          " for rail " + std::to_string(m.rail) + ", of which " +

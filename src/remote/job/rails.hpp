@@ -5,6 +5,7 @@
 // The ordering of rounds with other work (RAIL_GO, RAIL_EXPECT) is the role's (docs/rails.md).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "remote/io/connection.hpp"
+#include "remote/io/direct_lane.hpp"
 #include "remote/io/reactor.hpp"
 #include "remote/job/rail_count.hpp"
 #include "remote/wire/messages.hpp"
@@ -26,7 +28,8 @@ namespace rig::remote {
 
 // One rail as this process holds it. Owner: its process's Rails (shared with the writes that
 // still send from its memory). Threads: the loop, but for the counts (any thread reads them) and
-// `numbered` (host code's rig_rail_go).
+// what host code's rig_rail_go uses (the atomics, `lane`, `parts` and `id`, none of which change
+// while the rail is held).
 struct HeldRail {
   std::uint32_t id = 0;
   bool source = false;                      // else this end is the destination
@@ -43,6 +46,15 @@ struct HeldRail {
   // The number of the last round given out here, by RAIL_GO or by host code (rig_rail_go).
   std::atomic<std::uint64_t> numbered{0};
   bool ending = false;  // RAIL_END is queued behind the last round
+  // Source: the rounds host code writes from its own thread (Rails::write_round). `lane`: the
+  // link's (null: none, or rounds too large to go that way). `handed`: the last round whose bytes
+  // are all with the link (the loop's) or the kernel (host code's). `direct`: the last round host
+  // code wrote. `writing`: host code is writing one, or the loop starts host code's rounds; while
+  // one holds it the other leaves the rail's numbering alone.
+  std::shared_ptr<DirectLane> lane;
+  std::atomic<std::uint64_t> handed{0};
+  std::atomic<std::uint64_t> direct{0};
+  std::atomic<bool> writing{false};
   // The last round the controller started here (RAIL_GO at a source, RAIL_EXPECT at a
   // destination): the controller waits for the counts of rounds up to it, so they go at once;
   // those of rounds host code started ride on a later write (Connection::send_lazy).
@@ -91,8 +103,28 @@ class Rails {
   // Source: starts round `round`, which must be the next (a mismatch fails the job, naming
   // `who`'s message). With `wait_ready` its bytes go once the destination has said RAIL_READY.
   void go(HeldRail& rail, std::uint64_t round, bool wait_ready, const std::string& who);
-  // Source: starts the rounds host code has numbered (rig_rail_go) since the last call.
+  // Source: starts the rounds host code has numbered (rig_rail_go) since the last call, but those
+  // it wrote itself.
   void host_go(HeldRail& rail);
+
+  // What write_round did. Any thread.
+  struct Written {
+    enum class How {
+      not_tried,  // nothing numbered: the caller numbers a round and posts it, as before
+      posted,     // round `round` is numbered, and the lane was not free: post it to the loop
+      all,        // round `round` is with the kernel
+      part,       // it is partly: post `rest` (Rails::post_rest) for the loop to finish
+    };
+    How how = How::not_tried;
+    std::uint64_t round = 0;
+  };
+  // Source, from host code's thread (a signal handler's maybe): numbers the next round and writes
+  // it to the link's socket from this thread, if it is small, the link's lane is free and every
+  // round before it is on its way already. The round's sources are read (the sent count says so)
+  // before this returns, unless `not_tried` or `posted`. `message`: where the round is built, at
+  // least direct_write_bytes_max; on `part`, message[rest_at, rest_end) is what is left to write.
+  static Written write_round(HeldRail& rail, std::span<std::uint8_t> message, std::size_t& rest_at,
+                             std::size_t& rest_end) noexcept;
   // Source: passes RAIL_END on after the last round's bytes, then drops the rail.
   void end(HeldRail& rail);
   // Destination of a round the controller starts: says RAIL_READY to the source.
@@ -145,6 +177,8 @@ class Rails {
   };
 
   void queue(HeldRail& rail, std::uint64_t round);
+  // Counts the rounds host code wrote itself since the loop last looked as started and sent here.
+  void catch_up(HeldRail& rail);
   void release_ready(HeldRail& rail);
   void pump(Connection* link);
   void pump_soon(Connection* link, Outgoing& o);

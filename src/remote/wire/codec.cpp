@@ -220,6 +220,55 @@ std::size_t frame_bytes(const Submit& message) {
   return frame_bytes_of(message);
 }
 
+namespace {
+
+// Bytes written into a fixed span, as BodyWriter writes into a vector; what would pass its end is
+// not written, and `over` says so.
+class SpanOut {
+ public:
+  explicit SpanOut(std::span<std::uint8_t> to) noexcept : to_(to) {}
+  std::size_t size() const noexcept { return used_; }
+  std::uint8_t* data() noexcept { return to_.data(); }
+  void resize(std::size_t n) noexcept {
+    if (n > to_.size()) {
+      over = true;
+      return;
+    }
+    used_ = n;
+  }
+  void push_back(std::uint8_t v) noexcept {
+    if (used_ == to_.size()) {
+      over = true;
+      return;
+    }
+    to_[used_++] = v;
+  }
+  std::uint8_t* end() noexcept { return to_.data() + used_; }
+  template <typename It>
+  void insert(std::uint8_t*, It first, It last) noexcept {
+    for (; first != last; ++first) push_back(static_cast<std::uint8_t>(*first));
+  }
+  bool over = false;
+
+ private:
+  std::span<std::uint8_t> to_;
+  std::size_t used_ = 0;
+};
+
+}  // namespace
+
+std::size_t encode_into(const RailChunk& message, std::span<std::uint8_t> out) noexcept {
+  if (out.size() < rail_chunk_frame_bytes) return 0;
+  SpanOut to(out);
+  to.resize(frame_header_bytes);
+  BodyWriter<SpanOut> visitor(RailChunk::name, to);
+  RailChunk::fields(message, visitor);  // fixed-width fields only: nothing to throw
+  if (to.over) return 0;
+  write_frame_header(std::span<std::uint8_t, frame_header_bytes>(out.data(), frame_header_bytes),
+                     RailChunk::type, to.size() - frame_header_bytes);
+  return to.size();
+}
+
 Result<Message> decode(const Frame& frame) {
   return Decoders<Message>::decode(frame.type, frame.body);
 }

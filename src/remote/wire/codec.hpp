@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,11 @@ void encode(const Message& message, Bytes& out);
 void encode(const Submit& message, Bytes& out);
 // The bytes encode(message, out) appends: its header and body.
 std::size_t frame_bytes(const Submit& message);
+// RAIL_CHUNK's whole frame written at the start of `out`, with no allocation (a round that host
+// code writes from its own thread, a signal handler's maybe): rail_chunk_frame_bytes, or 0 if
+// `out` is too small for them.
+inline constexpr std::size_t rail_chunk_frame_bytes = frame_header_bytes + 4 + 8 + 4 + 8;
+std::size_t encode_into(const RailChunk& message, std::span<std::uint8_t> out) noexcept;
 
 // The message in a frame from FrameDecoder, every field checked. The Error starts
 // "malformed message: " and names the message and the field, as in

@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -566,6 +567,84 @@ TEST_CASE(
     CHECK(j.agent_owner.text() == "proven | FREE | FREE");
     CHECK(j.ctl_end->writes() == writes + 1);
   }
+}
+
+// News that may wait (send_lazy) on a connection with a DirectLane waits in the lane, which stays
+// free for callers: the first write takes it along in front of its own bytes, whoever makes it.
+// The lane writes to a socket pair standing in for this connection's socket; the loop's writes go
+// over the in-memory pair as usual.
+TEST_CASE("connection: news that may wait rides on the next write, a caller's or the loop's") {
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, pair) == 0);
+  const auto laned = [&](Ends& j) {
+    auto lane = std::make_shared<DirectLane>();
+    j.ctl->set_direct_lane(lane);
+    lane->open(pair[0], nullptr, j.ctl.get());
+    lane->release();
+    j.ctl->send_lazy(RailCount{1, RailCount::arrived, 3});
+    CHECK(lane->carries());
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven");  // nothing written for it yet
+    return lane;
+  };
+  Bytes reached;
+  encode(Reached{1, 7}, reached);
+  SUBCASE("the loop's next message takes it, in front") {
+    Ends j;
+    const auto lane = laned(j);
+    j.ctl->send(Free{5});
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven | RAIL_COUNT | FREE");
+    CHECK_FALSE(lane->carries());
+  }
+  SUBCASE("a caller's write takes it, in front of its own bytes; the loop has none left to send") {
+    Ends j;
+    const auto lane = laned(j);
+    int before = 0;
+    const auto out = lane->try_write(
+        reached, [](void* c) { ++*static_cast<int*>(c); }, &before);
+    CHECK(out.wrote == DirectLane::Wrote::all);
+    Bytes count;
+    encode(RailCount{1, RailCount::arrived, 3}, count);
+    std::vector<std::uint8_t> got(count.size() + reached.size() + 1);
+    CHECK(::read(pair[1], got.data(), got.size()) ==
+          static_cast<ssize_t>(count.size() + reached.size()));
+    CHECK(std::equal(count.begin(), count.end(), got.begin()));
+    CHECK(std::equal(reached.begin(), reached.end(),
+                     got.begin() + static_cast<std::ptrdiff_t>(count.size())));
+    j.reactor.run_soon();  // the loop's idle flush finds nothing held
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven");
+  }
+  SUBCASE("with no write, it goes once the loop is idle") {
+    Ends j;
+    const auto lane = laned(j);
+    j.reactor.run_soon();
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven | RAIL_COUNT");
+    CHECK_FALSE(lane->carries());
+  }
+  SUBCASE("a caller's write the kernel took none of: the news, then its rest, from the loop") {
+    Ends j;
+    const auto lane = laned(j);
+    const std::vector<std::uint8_t> filler(64 << 10, 1);
+    while (::send(pair[0], filler.data(), filler.size(), MSG_DONTWAIT) > 0) {
+    }
+    int before = 0;
+    const auto out = lane->try_write(
+        reached, [](void* c) { ++*static_cast<int*>(c); }, &before);
+    REQUIRE(out.wrote == DirectLane::Wrote::part);
+    REQUIRE(out.written == 0);
+    // News held after that waits behind the rest, in the connection.
+    j.ctl->send_lazy(RailCount{2, RailCount::arrived, 4});
+    j.ctl->on_posted_rest(reached);
+    j.reactor.run_soon();
+    j.net.pump();
+    CHECK(j.agent_owner.text() == "proven | RAIL_COUNT | REACHED | RAIL_COUNT");
+    CHECK_FALSE(lane->rest_due());
+  }
+  ::close(pair[0]);
+  ::close(pair[1]);
 }
 
 // A caller's write through the connection's DirectLane that the kernel took only part of (here:

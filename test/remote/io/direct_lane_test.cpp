@@ -1,6 +1,7 @@
 // DirectLane over a real loopback TCP connection: a caller writes only while the loop leaves the
 // lane free, runs its `before` first, and what the kernel did not take stays the loop's to write
-// (rest_due) until the loop says it has; a closed lane writes nothing.
+// (rest_due) until the loop says it has; a closed lane writes nothing. News the loop leaves in the
+// lane goes with the next write, whoever makes it.
 #include "remote/io/direct_lane.hpp"
 
 #include <arpa/inet.h>
@@ -130,6 +131,75 @@ TEST_CASE(
   lane.close(false);
   CHECK_FALSE(lane.rest_due());
   CHECK(lane.try_write(small, count, &before).wrote == Wrote::none);
+  ::close(writer);
+  ::close(reader);
+}
+
+namespace {
+
+std::vector<std::uint8_t> joined(std::vector<std::uint8_t> a, const std::vector<std::uint8_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "direct lane: news the loop leaves in it goes in front of the next write, a caller's or the "
+    "loop's, and what a partial write left of it in front of the rest") {
+  const auto [writer, reader] = small_tcp_pair();
+  DirectLane lane;
+  const std::vector<std::uint8_t> news(30, 3), more(20, 4), small(100, 7);
+  int before = 0;
+
+  // Closed: no news kept (the connection keeps it).
+  CHECK_FALSE(lane.carry(news));
+  CHECK_FALSE(lane.carries());
+  lane.open(writer, nullptr);
+
+  // The loop's: kept, and the loop's next write takes it, in order, leaving none.
+  CHECK(lane.carry(news));
+  CHECK(lane.carry(more));
+  CHECK(lane.carries());
+  Bytes taken;
+  CHECK_FALSE(lane.claim(&taken));
+  CHECK(std::vector<std::uint8_t>(taken.begin(), taken.end()) == joined(news, more));
+  CHECK_FALSE(lane.carries());
+
+  // Free, with news: the lane stays free, and a caller's write sends the news, then its bytes,
+  // in one write; `written` counts the caller's own.
+  lane.release();
+  CHECK(lane.carry(news));
+  auto out = lane.try_write(small, count, &before);
+  CHECK(out.wrote == Wrote::all);
+  CHECK(out.written == small.size());
+  CHECK_FALSE(lane.carries());
+  CHECK(read_exactly(reader, news.size() + small.size()) == joined(news, small));
+
+  // A full socket: nothing of the news nor of the bytes goes; the news stays, in front of the
+  // caller's rest, and no news is kept while that rest is due (the connection holds it, for
+  // after the rest).
+  CHECK(lane.carry(news));
+  fill(writer);
+  out = lane.try_write(small, count, &before);
+  CHECK(out.wrote == Wrote::part);
+  CHECK(out.written == 0);
+  CHECK(lane.carries());
+  CHECK_FALSE(lane.carry(more));
+  Bytes unclaimed;
+  CHECK(lane.claim(&unclaimed));  // a rest is due: the loop's write waits, and takes no news
+  CHECK(unclaimed.empty());
+  Bytes front;
+  lane.take_carried(front);
+  CHECK(std::vector<std::uint8_t>(front.begin(), front.end()) == news);
+  CHECK_FALSE(lane.carries());
+
+  // Closed for good: what it carried is dropped with it.
+  lane.rest_written();
+  lane.release();
+  CHECK(lane.carry(more));
+  lane.close(false);
+  CHECK_FALSE(lane.carries());
   ::close(writer);
   ::close(reader);
 }

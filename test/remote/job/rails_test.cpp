@@ -6,7 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -263,6 +267,124 @@ TEST_SUITE("unit") {
     CHECK(p.a.rails.find(1) == nullptr);
     CHECK(p.b.rails.find(1) == nullptr);
     CHECK(p.b.log.back() == "ended 1");
+  }
+
+  // Host code's small rounds leave from its own thread (Rails::write_round, as rig_rail_go calls
+  // it) through the link's DirectLane, here on a socket pair standing in for the link's socket:
+  // what the test reads there it hands to the destination as raw bytes on the link, in its place
+  // among the loop's writes.
+  TEST_CASE(
+      "rails: host code writes a small round itself while its link is free; the loop counts it "
+      "and sends only the rounds it was given") {
+    int pair[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, pair) == 0);
+    Pair p;
+    auto lane = std::make_shared<DirectLane>();
+    p.a_conn->set_direct_lane(lane);
+    lane->open(pair[0], nullptr, p.a_conn.get());
+    lane->release();
+    Memory from({64, 3}), to({64, 3});
+    p.hold(1, from, to);
+    HeldRail& src = *p.a.rails.find(1);
+    HeldRail& dst = *p.b.rails.find(1);
+    const auto take_socket = [&] {
+      std::vector<std::uint8_t> got(1 << 20);
+      const ssize_t n = ::read(pair[1], got.data(), got.size());
+      return n > 0 ? Bytes(got.begin(), got.begin() + n) : Bytes{};
+    };
+    const auto deliver = [&] {
+      Bytes bytes = take_socket();
+      REQUIRE_FALSE(bytes.empty());
+      p.raw_to_b(std::move(bytes));
+      p.pump();
+    };
+    std::array<std::uint8_t, direct_write_bytes_max> message{};
+    std::size_t rest_at = 0, rest_end = 0;
+    using How = Rails::Written::How;
+
+    // Round 1 from this thread: its sources read (sent) before the loop has looked at all.
+    from.fill(1);
+    auto w = Rails::write_round(src, message, rest_at, rest_end);
+    CHECK(w.how == How::all);
+    CHECK(w.round == 1);
+    CHECK(src.numbered.load() == 1);
+    CHECK(src.counts->sent().get() == 1);
+    CHECK(p.a.log.empty());
+    deliver();
+    CHECK(to.same(from));
+    CHECK(dst.counts->arrived().get() == 1);
+    // The destination's count comes back, and the loop counts the round as sent there, once.
+    CHECK(src.counts->arrived().get() == 1);
+    CHECK(joined(p.a.log) == "sent 1:1");
+
+    // Round 2 posted to the loop (rig_rail_go when it wrote none): the loop sends round 2 only.
+    from.fill(2);
+    src.numbered.fetch_add(1);
+    p.a.rails.host_go(src);
+    p.pump();
+    CHECK(to.same(from));
+    CHECK(joined(p.a.log) == "sent 1:1 | sent 1:2");
+
+    // The loop holds the lane: the round is numbered, nothing written, and the loop sends it.
+    from.fill(3);
+    p.a_conn->hold_lane();
+    w = Rails::write_round(src, message, rest_at, rest_end);
+    CHECK(w.how == How::posted);
+    CHECK(w.round == 3);
+    CHECK(src.counts->sent().get() == 2);
+    CHECK(take_socket().empty());
+    p.a.rails.host_go(src);
+    p.pump();
+    CHECK(to.same(from));
+    CHECK(joined(p.a.log) == "sent 1:1 | sent 1:2 | sent 1:3");
+
+    // A round numbered and not yet started by the loop, or another thread at it: nothing tried,
+    // nothing numbered.
+    src.numbered.fetch_add(1);
+    w = Rails::write_round(src, message, rest_at, rest_end);
+    CHECK(w.how == How::not_tried);
+    CHECK(src.numbered.load() == 4);
+    from.fill(4);
+    p.a.rails.host_go(src);
+    p.pump();
+    CHECK(to.same(from));
+    src.writing.store(true);
+    CHECK(Rails::write_round(src, message, rest_at, rest_end).how == How::not_tried);
+    src.writing.store(false);
+
+    // A full socket: the kernel takes none of it; the loop writes it (post_rest's end), and a
+    // message the loop sends meanwhile follows it.
+    from.fill(5);
+    const std::vector<std::uint8_t> filler(64 << 10, 1);
+    while (::send(pair[0], filler.data(), filler.size(), MSG_DONTWAIT) > 0) {
+    }
+    w = Rails::write_round(src, message, rest_at, rest_end);
+    CHECK(w.how == How::part);
+    CHECK(w.round == 5);
+    CHECK(rest_at == 0);
+    CHECK(lane->rest_due());
+    p.a_conn->send(Free{9});
+    while (!take_socket().empty()) {
+    }
+    p.pump();
+    CHECK(dst.counts->arrived().get() == 4);  // the FREE waits behind the rest
+    p.a_conn->on_posted_rest(Bytes(message.begin() + static_cast<std::ptrdiff_t>(rest_at),
+                                   message.begin() + static_cast<std::ptrdiff_t>(rest_end)));
+    p.pump();
+    CHECK(to.same(from));
+    CHECK(p.b.log.back() == "FREE");
+    CHECK(joined(p.b.log) ==
+          "arrived 1:1 | arrived 1:2 | arrived 1:3 | arrived 1:4 | arrived 1:5 | FREE");
+    CHECK(joined(p.a.log) == "sent 1:1 | sent 1:2 | sent 1:3 | sent 1:4 | sent 1:5");
+    CHECK(!p.a.cause);
+    CHECK(!p.b.cause);
+
+    // A round too large for one small write goes through the loop.
+    Memory big_from({direct_write_bytes_max}), big_to({direct_write_bytes_max});
+    p.hold(2, big_from, big_to);
+    CHECK(Rails::write_round(*p.a.rails.find(2), message, rest_at, rest_end).how == How::not_tried);
+    ::close(pair[0]);
+    ::close(pair[1]);
   }
 
   TEST_CASE("rails: rounds started together leave and arrive in order, on two rails of one link") {

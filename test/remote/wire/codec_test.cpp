@@ -288,6 +288,13 @@ TEST_SUITE("unit") {
           cat({le32(13), std::vector<std::uint8_t>{0x44}, le32(1), le64(2)}));
     CHECK(encoded(RailChunk{1, 2, 3, 4}) ==
           cat({le32(25), std::vector<std::uint8_t>{0x45}, le32(1), le64(2), le32(3), le64(4)}));
+    // The same frame written into fixed memory (host code's rounds), or none where it cannot fit.
+    std::array<std::uint8_t, rail_chunk_frame_bytes + 1> fixed{};
+    CHECK(encode_into(RailChunk{1, 2, 3, 4}, fixed) == rail_chunk_frame_bytes);
+    CHECK(std::vector<std::uint8_t>(fixed.begin(), fixed.begin() + rail_chunk_frame_bytes) ==
+          encoded(RailChunk{1, 2, 3, 4}));
+    CHECK(encode_into(RailChunk{1, 2, 3, 4}, std::span(fixed).first(rail_chunk_frame_bytes - 1)) ==
+          0);
     CHECK(encoded(RailData{}) == std::vector<std::uint8_t>{1, 0, 0, 0, 0x46});
     CHECK(encoded(RailCount{5, RailCount::arrived, 9}) ==
           cat({le32(14), std::vector<std::uint8_t>{0x47}, le32(5), std::vector<std::uint8_t>{1},
