@@ -105,9 +105,6 @@ void AgentProtocol::accept(std::unique_ptr<Transport> transport) {
   }
   Connection& c = add_connection("a connection");
   c.tag = stranger;
-  // Host code writes its small rounds of rails over this connection itself (Rails::write_round),
-  // if it becomes the job's link to another agent.
-  c.set_direct_lane(std::make_shared<DirectLane>());
   strangers_.push_back(&c);
   const ListenerConfig config{instance_};
   c.adopt(std::move(transport), Handshake::listener(key_, config));
@@ -202,6 +199,10 @@ void AgentProtocol::on_proven(Connection& c) noexcept {
 void AgentProtocol::proven(Connection& c) {
   forget_stranger(c);
   c.tag = former_stranger;  // until the role below says what it is
+  // Host code writes its small rail rounds over the job's connections itself (Rails::write_round),
+  // and their counts wait in the lane for the next write. Only proven ones get one: a stranger's
+  // memory is capped (strangers_max).
+  c.set_direct_lane(std::make_shared<DirectLane>());
   const Peer& peer = c.peer();
   if (peer.role == Role::controller) {
     if (controller_ != nullptr || ended()) {
@@ -359,7 +360,6 @@ void AgentProtocol::on_join(const Join& join) {
     if (!transport) return fail(shown + ": " + transport.error());
     Connection& c = add_connection(shown);
     c.tag = dial_tag;
-    c.set_direct_lane(std::make_shared<DirectLane>());
     DialerConfig config{Role::agent, my_name_, *job_, join.names[i], instance_};
     c.dial(std::move(*transport), Handshake::dialer(key_, config));
   }

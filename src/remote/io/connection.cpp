@@ -296,10 +296,7 @@ void Connection::handshake_bytes(std::span<const std::uint8_t> bytes) {
   }
   if (hs.state() != Handshake::State::proven) return;
   state_ = State::open;
-  if (lane_) {
-    lane_->open(transport_->native_fd(), counted(handshake_), this);
-    release_lane_if_idle();
-  }
+  open_lane();
   if (end_when_proven_) {
     // The job ended while this connection was proving the key: the peer is in the job now, so it
     // hears how the job ended.
@@ -524,6 +521,17 @@ void Connection::write_rest(Bytes rest) {
     if (transport_->shutdown() != 0) close_handle();
     return;
   }
+  release_lane_if_idle();
+}
+
+void Connection::set_direct_lane(std::shared_ptr<DirectLane> lane) {
+  lane_ = std::move(lane);
+  if (state_ == State::open) open_lane();
+}
+
+void Connection::open_lane() noexcept {
+  if (!lane_) return;
+  lane_->open(transport_->native_fd(), counted(handshake_), this);
   release_lane_if_idle();
 }
 

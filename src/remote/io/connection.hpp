@@ -160,8 +160,10 @@ class Connection final : private TransportEvents {
   }
 
   // The lane through which other threads may write to this connection's socket while it has
-  // nothing queued or held (direct_lane.hpp). Before the connection opens; none: no caller writes.
-  void set_direct_lane(std::shared_ptr<DirectLane> lane) { lane_ = std::move(lane); }
+  // nothing queued or held (direct_lane.hpp): opened with the connection, or at once if it is open
+  // (once proven, as an agent gives lanes only to the connections of its job); none: no caller
+  // writes.
+  void set_direct_lane(std::shared_ptr<DirectLane> lane);
   const std::shared_ptr<DirectLane>& direct_lane() const noexcept { return lane_; }
   // What a caller's write through the lane could not hand to the kernel: written now, before
   // everything that the loop has queued since, then the rest of that queue. Open or ending.
@@ -217,6 +219,7 @@ class Connection final : private TransportEvents {
   // Returns whether a caller's rest is due (the loop's writes then wait for write_rest).
   bool claim_lane() noexcept { return lane_ && lane_->claim(); }
   void release_lane_if_idle() noexcept;
+  void open_lane() noexcept;  // as the connection opens, or when given a lane once open
   // Holds `m` for the next write, and unless `queued` says one is, asks the reactor for a flush
   // at `flush_at` (send_lazy's and send_soon's shared part).
   void hold(const Message& m, bool Connection::*queued,
