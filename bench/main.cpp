@@ -353,14 +353,23 @@ void add_ratios(nlohmann::json& scenarios) {
         // Throughput: rig / baseline at each transfer size the baseline measured too.
         const nlohmann::json* b = find(s["baseline"]);
         if (b == nullptr || !(*b)["results"].contains(placement)) continue;
-        for (auto& point : r["points"]) {
+        // Beside the stream, the stream whose receiver places the bytes as a copy does.
+        const nlohmann::json* placed =
+            s["baseline"] == "tcp.stream" ? find("tcp.stream.placed") : nullptr;
+        const auto ratio_at = [&](const nlohmann::json* base, nlohmann::json& point,
+                                  const char* key) {
+          if (base == nullptr || !(*base)["results"].contains(placement)) return;
           for (const auto& bp :
-               (*b)["results"][placement].value("points", nlohmann::json::array())) {
+               (*base)["results"][placement].value("points", nlohmann::json::array())) {
             if (bp["bytes"] != point["bytes"] || bp["stats"]["p50"].get<double>() <= 0) continue;
-            point["ratio"] = {
-                {"baseline", s["baseline"]},
+            point[key] = {
+                {"baseline", (*base)["id"]},
                 {"p50", point["stats"]["p50"].get<double>() / bp["stats"]["p50"].get<double>()}};
           }
+        };
+        for (auto& point : r["points"]) {
+          ratio_at(b, point, "ratio");
+          ratio_at(placed, point, "ratio_placed");
         }
         continue;
       }
@@ -405,7 +414,11 @@ void print_summary(const nlohmann::json& results) {
                         bytes >= (1 << 20) ? bytes / (1 << 20) : bytes / 1024,
                         bytes >= (1 << 20) ? "M" : "K", point["stats"]["p50"].get<double>());
           line += buf;
-          if (point.contains("ratio")) {
+          if (point.contains("ratio") && point.contains("ratio_placed")) {
+            std::snprintf(buf, sizeof buf, " (%.2fx, %.2fx placed)",
+                          point["ratio"]["p50"].get<double>(),
+                          point["ratio_placed"]["p50"].get<double>());
+          } else if (point.contains("ratio")) {
             std::snprintf(buf, sizeof buf, " (%.2fx)", point["ratio"]["p50"].get<double>());
             line += buf;
           }

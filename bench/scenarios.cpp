@@ -294,6 +294,18 @@ nlohmann::json tcp_stream(Ctx& ctx) {
   return r;
 }
 
+nlohmann::json tcp_stream_placed(Ctx& ctx) {
+  EchoClient c(ctx.echo_host, ctx.echo_port, EchoMode::stream_placed, 1);
+  const auto src = touched(ctx.plan.stream_bytes_max);
+  auto r = throughput_json(ctx, "tcp.stream.placed",
+                           [&](std::uint64_t n) { c.transfer(src.get(), n); });
+  r["write_bytes"] = stream_chunk_bytes;
+  r["note"] =
+      "tcp.stream, the receiver reading each transfer across memory of its size (touched once "
+      "before), as a copy's destination receives it, not into one 1 MiB buffer";
+  return r;
+}
+
 nlohmann::json memcpy_baseline(Ctx& ctx) {
   const auto src = touched(ctx.plan.stream_bytes_max);
   const auto dst = touched(ctx.plan.stream_bytes_max);
@@ -984,6 +996,8 @@ constexpr Scenario table[] = {
      tcp_pipeline, ""},
     {"tcp.stream", "raw TCP stream, 1 MiB writes", "baseline", "throughput", "", Where::placement,
      tcp_stream, ""},
+    {"tcp.stream.placed", "raw TCP stream, received across memory of the transfer's size",
+     "baseline", "throughput", "", Where::placement, tcp_stream_placed, ""},
     {"memcpy", "memcpy in one process", "baseline", "throughput", "", Where::whole_run,
      memcpy_baseline, ""},
     {"cuda.htod", "pinned host memory to a GPU in one process", "baseline", "throughput", "",

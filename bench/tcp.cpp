@@ -88,19 +88,30 @@ void serve(int fd) {
         if (r <= 0 || !write_exact(fd, buf.data(), static_cast<std::size_t>(r))) return;
       }
     case EchoMode::stream:
+    case EchoMode::stream_placed: {
+      // Placed: the bytes land across `placed`, grown to the largest transfer and every page
+      // touched as it grows (in a transfer a measurement leaves out, the first of its size), so
+      // that a transfer writes as much memory as a copy of its size does: a buffer of 1 MiB read
+      // into again and again stays in the cache, which no copy's destination does.
+      const bool place = static_cast<EchoMode>(mode) == EchoMode::stream_placed;
+      std::vector<std::uint8_t> placed;
       for (;;) {
         std::uint64_t left = 0;
         if (!read_exact(fd, &left, sizeof left)) return;
+        if (place && placed.size() < left) placed.assign(static_cast<std::size_t>(left), 0);
+        std::size_t at = 0;
         while (left > 0) {
           const std::size_t want = left < buf.size() ? static_cast<std::size_t>(left) : buf.size();
-          const ssize_t r = recv(fd, buf.data(), want, 0);
+          const ssize_t r = recv(fd, place ? placed.data() + at : buf.data(), want, 0);
           if (r < 0 && errno == EINTR) continue;
           if (r <= 0) return;
           left -= static_cast<std::uint64_t>(r);
+          at += static_cast<std::size_t>(r);
         }
         const std::uint8_t ack = 1;
         if (!write_exact(fd, &ack, 1)) return;
       }
+    }
   }
 }
 

@@ -15,6 +15,9 @@ enum class EchoMode : char {
   blocking = 'b',  // blocking reads and writes: echo each message of the agreed size
   spinning = 's',  // the same with both ends busy-polling non-blocking sockets
   stream = 't',    // per transfer: a u64 size, that many bytes, then one byte back
+  // The same, each transfer's bytes read across memory of its size, as a copy's destination
+  // receives them, where `stream` reads every piece into one buffer of stream_chunk_bytes.
+  stream_placed = 'p',
 };
 
 // Streams are read in pieces of this size, the write size the design recommends for bulk data
