@@ -297,8 +297,8 @@ nlohmann::json tcp_stream(Ctx& ctx) {
 nlohmann::json tcp_stream_placed(Ctx& ctx) {
   EchoClient c(ctx.echo_host, ctx.echo_port, EchoMode::stream_placed, 1);
   const auto src = touched(ctx.plan.stream_bytes_max);
-  auto r = throughput_json(ctx, "tcp.stream.placed",
-                           [&](std::uint64_t n) { c.transfer(src.get(), n); });
+  auto r =
+      throughput_json(ctx, "tcp.stream.placed", [&](std::uint64_t n) { c.transfer(src.get(), n); });
   r["write_bytes"] = stream_chunk_bytes;
   r["note"] =
       "tcp.stream, the receiver reading each transfer across memory of its size (touched once "
