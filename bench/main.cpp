@@ -65,6 +65,7 @@ Plan quick_plan() {
   p.stream_bytes_per_size = 16ull << 20;
   p.measurement_s_max = 1;
   p.idle_s = 0.3;
+  p.settle_s = 0;
   p.scale_repeats = 2;
   p.scale_agents = {1, 2};
   return p;
@@ -418,6 +419,7 @@ void print_summary(const nlohmann::json& results) {
             std::snprintf(buf, sizeof buf, " (%.2fx, %.2fx placed)",
                           point["ratio"]["p50"].get<double>(),
                           point["ratio_placed"]["p50"].get<double>());
+            line += buf;
           } else if (point.contains("ratio")) {
             std::snprintf(buf, sizeof buf, " (%.2fx)", point["ratio"]["p50"].get<double>());
             line += buf;

@@ -1119,6 +1119,10 @@ nlohmann::json run_placement(Ctx& ctx) {
       progress(ctx, s.id, std::string("failed: ") + e.what());
       out[std::string(s.id)] = {{"error", e.what()}};
     }
+    if (s.kind == "rig" && s.metric == "throughput" &&
+        !out[std::string(s.id)].contains("skipped")) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(ctx.plan.settle_s));
+    }
   }
   ctx.close_job();
   return out;
@@ -1133,6 +1137,7 @@ nlohmann::json plan_json(const Plan& p) {
           {"stream_bytes_per_size", p.stream_bytes_per_size},
           {"measurement_s_max", p.measurement_s_max},
           {"idle_s", p.idle_s},
+          {"settle_s", p.settle_s},
           {"scale_repeats", p.scale_repeats},
           {"scale_agents", p.scale_agents}};
 }
@@ -1147,6 +1152,7 @@ Plan plan_from_json(const nlohmann::json& j) {
   p.stream_bytes_per_size = j.at("stream_bytes_per_size");
   p.measurement_s_max = j.at("measurement_s_max");
   p.idle_s = j.at("idle_s");
+  p.settle_s = j.at("settle_s");
   p.scale_repeats = j.at("scale_repeats");
   p.scale_agents = j.at("scale_agents").get<std::vector<int>>();
   return p;

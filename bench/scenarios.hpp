@@ -29,7 +29,13 @@ struct Plan {
   std::uint64_t stream_bytes_per_size = 2ull << 30;  // bytes moved at each transfer size
   double measurement_s_max = 30;  // a measurement stops here and says so (cut_short)
   double idle_s = 3;              // how long idle agents are watched in the scale scenario
-  int scale_repeats = 5;          // job starts timed at each agent count
+  // How long a placement waits after a bulk scenario of rig's before its next scenario: a process
+  // that found its core contended keeps its spins off for up to spins_off_ns_max (1 s,
+  // core/limits.hpp), and a bulk transfer on one core is such contention, so without the wait the
+  // next latency figure measures that verdict's tail, not its own path (bench/README.md,
+  // "Session 18").
+  double settle_s = 1.2;
+  int scale_repeats = 5;  // job starts timed at each agent count
   std::vector<int> scale_agents = {1, 8, 32, 64};
 };
 
