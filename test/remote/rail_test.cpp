@@ -553,6 +553,45 @@ TEST_CASE("slow: 100,000 rounds of a host-code pipeline, no rail byte through th
   pipeline_test(100000, 4096);
 }
 
+// Four threads of host code start rounds of one rail at once: host code's own writes (when the
+// link is idle and no earlier round waits for the loop), its posts and the loop's sends of them
+// interleave. A round sent twice, or out of turn, fails the job ("RAIL_CHUNK ... where ... was
+// due" at the destination); a round lost leaves wait_arrived waiting.
+TEST_CASE(
+    "host code on four threads drives one rail at once: each round numbered once, all arrive") {
+  const auto key = rig::test::make_key_file("rail-threads");
+  Rigd a(key), b(key);
+  auto job = rig::test::start_job(key, {&a, &b});
+  const rig::Device& ha = job.hosts()[0];
+  const rig::Device& hb = job.hosts()[1];
+  const auto source = pattern(64, 11);
+  const rig::Buffer send = holding(ha, source);
+  const rig::Buffer recv = rig::Buffer::make(hb, source.size());
+  const rig::Buffer result = rig::Buffer::make(ha, 16);
+  Transfer t{send, 0, recv, 0, source.size()};
+  auto r = rig::remote::rail(std::span(&t, 1));
+  REQUIRE(r.ok());
+  auto image = rig::load(ha, rig::test::test_kernels());
+  REQUIRE(image.ok());
+  const std::uint64_t calls = sanitized ? 500 : 5000;
+  const std::uint64_t n = 4 * calls;
+  ha.wait(rig::submit(
+      ha, rig::Run{*image,
+                   "rail_go_threads",
+                   rig::Shape{},
+                   {rig::Arg::rail(*r), rig::Arg::word(calls), rig::Arg::out(result)}}));
+  const auto got = contents(result);
+  std::uint64_t words[2];
+  std::memcpy(words, got.data(), sizeof words);
+  CHECK(words[0] == n * (n + 1) / 2);
+  CHECK(words[1] == 0);
+  r->wait_arrived(n);
+  CHECK(r->arrived() == n);
+  CHECK(r->sent() == n);
+  CHECK(contents(recv) == source);
+  job.close();
+}
+
 TEST_CASE("go() blocks while 64 MiB of the rail's rounds have not arrived") {
   const auto key = rig::test::make_key_file("rail-flow");
   Rigd a(key), b(key);

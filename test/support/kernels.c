@@ -4,6 +4,8 @@
 /* nanosleep */
 #define _POSIX_C_SOURCE 200809L
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <time.h>
@@ -119,4 +121,54 @@ RIG_ENTRY rail_wait_raised(const rig_launch* l) {
   int n = snprintf(line, sizeof line, "rail_wait_raised: arrived %llu sent %llu go %llu\n",
                    (unsigned long long)arrived, (unsigned long long)sent, (unsigned long long)go);
   if (n > 0) (void)!write(2, line, (size_t)n);
+}
+
+/* One of rail_go_threads's threads: `calls` rig_rail_go of `rail`, every other one straight after
+ * the one before, the rest after a yield of the CPU (so that the loop catches up at times, and
+ * host code writes some rounds itself while other threads post theirs). */
+struct go_thread {
+  rig_rail* rail;
+  uint64_t calls;
+  uint64_t sum;  /* of the round numbers returned */
+  uint64_t zero; /* calls that returned 0 */
+};
+
+static void* go_thread_main(void* p) {
+  struct go_thread* t = (struct go_thread*)p;
+  for (uint64_t i = 0; i < t->calls; ++i) {
+    if (i % 2 == 1) sched_yield();
+    const uint64_t r = rig_rail_go(t->rail);
+    t->sum += r;
+    if (r == 0) ++t->zero;
+  }
+  return NULL;
+}
+
+/* args: rail (rig_rail*, this machine its source), calls (per thread), result (u64[2]: the sum of
+ * every round number rig_rail_go returned, the calls that returned 0). Four threads start rounds
+ * of one rail at once, as fast as they can: rounds host code writes from its own thread, rounds
+ * posted to the loop and the loop's sends of them interleave (src/remote/job/rails.hpp,
+ * write_round). Every number 1 .. 4 * calls comes back once exactly when their sum is
+ * n (n + 1) / 2 and none is 0 (rig_rail_go numbers rounds with one atomic counter). */
+RIG_ENTRY rail_go_threads(const rig_launch* l) {
+  rig_rail* rail = (rig_rail*)(uintptr_t)l->args[0];
+  uint64_t* result = (uint64_t*)(uintptr_t)l->args[2];
+  struct go_thread t[4];
+  pthread_t id[4];
+  int started = 0;
+  for (int i = 0; i < 4; ++i) {
+    t[i].rail = rail;
+    t[i].calls = l->args[1];
+    t[i].sum = 0;
+    t[i].zero = 0;
+    if (pthread_create(&id[i], NULL, go_thread_main, &t[i]) != 0) break;
+    ++started;
+  }
+  result[0] = result[1] = 0;
+  for (int i = 0; i < started; ++i) {
+    pthread_join(id[i], NULL);
+    result[0] += t[i].sum;
+    result[1] += t[i].zero;
+  }
+  if (started != 4) result[1] = UINT64_MAX; /* the test fails: it could not race */
 }
