@@ -53,11 +53,22 @@ bool DirectLane::claim(Bytes* carried) noexcept {
   const std::lock_guard lock(mu_);
   if (state_ == State::free) state_ = State::loop;
   if (state_ == State::rest_due) return true;
-  if (carried != nullptr && !carried_.empty()) {
-    carried->insert(carried->end(), carried_.begin(), carried_.end());
-    carried_.clear();
-  }
+  if (carried != nullptr) move_carried(*carried);
   return false;
+}
+
+void DirectLane::move_carried(Bytes& out) noexcept {
+  if (carried_.empty()) return;
+  if (out.empty()) {
+    out.swap(carried_);  // the usual case: no copy, no allocation
+    return;
+  }
+  try {
+    out.insert(out.end(), carried_.begin(), carried_.end());
+    carried_.clear();
+  } catch (...) {
+    // No memory to join them: the news stays here, for the next write.
+  }
 }
 
 bool DirectLane::carry(std::span<const std::uint8_t> news) noexcept {
@@ -88,8 +99,7 @@ bool DirectLane::rest_due() const noexcept {
 
 void DirectLane::take_carried(Bytes& out) noexcept {
   const std::lock_guard lock(mu_);
-  out.insert(out.end(), carried_.begin(), carried_.end());
-  carried_.clear();
+  move_carried(out);
 }
 
 void DirectLane::rest_written() noexcept {

@@ -82,6 +82,8 @@ class DirectLane {
 
  private:
   enum class State { closed, free, loop, rest_due };
+  // Moves carried_ onto the end of `out`, under the lock.
+  void move_carried(Bytes& out) noexcept;
   mutable std::mutex mu_;
   State state_ = State::closed;
   int fd_ = -1;
