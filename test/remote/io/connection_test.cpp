@@ -569,6 +569,20 @@ TEST_CASE(
   }
 }
 
+// A caller's write of `bytes` through `lane`, its `before` checked to have run exactly when
+// something was written.
+namespace {
+
+DirectLane::Outcome write_through(DirectLane& lane, std::span<const std::uint8_t> bytes) {
+  int before = 0;
+  const auto out = lane.try_write(
+      bytes, [](void* c) { ++*static_cast<int*>(c); }, &before);
+  CHECK(before == (out.wrote == DirectLane::Wrote::none ? 0 : 1));
+  return out;
+}
+
+}  // namespace
+
 // News that may wait (send_lazy) on a connection with a DirectLane waits in the lane, which stays
 // free for callers: the first write takes it along in front of its own bytes, whoever makes it.
 // The lane writes to a socket pair standing in for this connection's socket; the loop's writes go
@@ -600,9 +614,7 @@ TEST_CASE("connection: news that may wait rides on the next write, a caller's or
   SUBCASE("a caller's write takes it, in front of its own bytes; the loop has none left to send") {
     Ends j;
     const auto lane = laned(j);
-    int before = 0;
-    const auto out = lane->try_write(
-        reached, [](void* c) { ++*static_cast<int*>(c); }, &before);
+    const auto out = write_through(*lane, reached);
     CHECK(out.wrote == DirectLane::Wrote::all);
     Bytes count;
     encode(RailCount{1, RailCount::arrived, 3}, count);
@@ -630,9 +642,7 @@ TEST_CASE("connection: news that may wait rides on the next write, a caller's or
     const std::vector<std::uint8_t> filler(64 << 10, 1);
     while (::send(pair[0], filler.data(), filler.size(), MSG_DONTWAIT) > 0) {
     }
-    int before = 0;
-    const auto out = lane->try_write(
-        reached, [](void* c) { ++*static_cast<int*>(c); }, &before);
+    const auto out = write_through(*lane, reached);
     REQUIRE(out.wrote == DirectLane::Wrote::part);
     REQUIRE(out.written == 0);
     // News held after that waits behind the rest, in the connection.
@@ -663,9 +673,7 @@ TEST_CASE("connection: after a caller's partial write, the loop's writes wait fo
     j.ctl->set_direct_lane(lane);
     lane->open(full[0], nullptr);
     lane->release();
-    int before = 0;
-    const auto out = lane->try_write(
-        rest, [](void* c) { ++*static_cast<int*>(c); }, &before);
+    const auto out = write_through(*lane, rest);
     REQUIRE(out.wrote == DirectLane::Wrote::part);
     REQUIRE(out.written == 0);
     return lane;
