@@ -89,12 +89,6 @@ struct Submission final : Command {
   rig::detail::PoolVector<Connection::Piece> pieces;
   Expect expect;
   std::shared_ptr<const void> keep;  // the copies' source buffers, until written
-  // What the loop does with it when run: write the message and expect its answer, or write
-  // `owned`, the rest of a message the submitter began through the connection's DirectLane,
-  // before anything else of that connection (its expectation went ahead of it, in
-  // JobState::written, where a submission is taken by the protocol and never run).
-  enum class Part : std::uint8_t { whole, rest };
-  Part part = Part::whole;
 
   // Frees a submission (run, or never posted).
   struct Free {

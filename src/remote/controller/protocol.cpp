@@ -228,16 +228,6 @@ void ControllerProtocol::take_written() {
   }
 }
 
-void ControllerProtocol::write_rest(std::size_t index, Bytes rest) {
-  if (index >= members_.size() || members_[index].connection == nullptr) return;
-  // The connection may have closed since (a failed job's are let go of as they close): only one
-  // still held gets the rest.
-  Connection* to = members_[index].connection;
-  bool held = false;
-  each_connection([&](Connection& c) { held = held || &c == to; });
-  if (held) to->write_rest(std::move(rest));
-}
-
 void ControllerProtocol::answer(Connection& c, Member& member, Expect::Kind kind, Message&& m) {
   take_written();
   if (member.expects.empty() || member.expects.front().kind != kind) {

@@ -52,9 +52,6 @@ class ControllerProtocol final : public JobProtocol, public RailSide {
   // `keep` holds the memory the pieces point at until the write is done or given up.
   void send(std::size_t index, Bytes owned, rig::detail::PoolVector<Connection::Piece> pieces,
             std::optional<Expect> expect, std::shared_ptr<const void> keep = {});
-  // The rest of a message a submitter began to write (DirectLane): written before anything else
-  // of the connection, whatever became of the job, since its beginning is on the wire.
-  void write_rest(std::size_t index, Bytes rest);
   // Sends CLOSE to every agent.
   void close();
 

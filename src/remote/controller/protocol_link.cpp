@@ -2,11 +2,13 @@
 
 #include <array>
 #include <cstring>
+#include <span>
 
 #include "remote/limits.hpp"
 
 #include "remote/controller/post.hpp"
 #include "remote/controller/protocol.hpp"
+#include "remote/io/connection.hpp"
 
 namespace rig::remote {
 
@@ -108,14 +110,11 @@ bool ProtocolLink::write_directly(Submission::Owned& submission) noexcept {
   if (out.wrote == DirectLane::Wrote::none) return false;
   (void)submission.release();  // in the state's `written`, from before()
   if (out.wrote == DirectLane::Wrote::all) return true;
-  // The kernel took part of it: the loop writes the rest before anything else.
-  auto rest = Submission::make();
-  rest->link = state_.link;
-  rest->member = member;
-  rest->part = Submission::Part::rest;
-  rest->owned.assign(message.begin() + static_cast<std::ptrdiff_t>(out.written),
-                     message.begin() + static_cast<std::ptrdiff_t>(bytes));
-  reactor_.post(rest.release());
+  // The kernel took part of it: the loop writes the rest before anything else. Should the post
+  // find no memory, the half-written frame and the writes held behind it leave the agent without
+  // heartbeats, which it reports as this link gone silent: named, and within the silence bound.
+  (void)post_rest(reactor_, state_.lanes[member],
+                  std::span<const std::uint8_t>(message).subspan(out.written, bytes - out.written));
   return true;
 }
 
@@ -133,10 +132,6 @@ bool ProtocolLink::in_child() const noexcept {
 
 void ProtocolLink::deliver(Submission& s) noexcept {
   if (protocol_ == nullptr) return;
-  if (s.part == Submission::Part::rest) {
-    protocol_->guarded([&] { protocol_->write_rest(s.member, std::move(s.owned)); });
-    return;
-  }
   protocol_->guarded([&] {
     protocol_->send(s.member, std::move(s.owned), std::move(s.pieces), std::move(s.expect),
                     std::move(s.keep));

@@ -88,6 +88,8 @@ Connection::~Connection() {
   // The owner destroys a connection only after on_closed, or a reactor tears down without running
   // (then the transport's handle was never started, or the loop's close reclaims it).
   if (ticker_ != 0) reactor_.remove_ticker(ticker_);
+  // In the second case the handle never closed: a rest posted later must not find this connection.
+  if (lane_) lane_->close(false);
   *self_ = nullptr;
 }
 
