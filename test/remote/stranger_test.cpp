@@ -85,7 +85,10 @@ TEST_CASE("2,000 strangers that sent 4 bytes each cost the agent a few KiB each,
       static_cast<double>(during.rss_kib - before.rss_kib) / static_cast<double>(n);
   MESSAGE("resident: " << before.rss_kib << " KiB before, " << during.rss_kib << " KiB with " << n
                        << " strangers (" << per_stranger_kib << " KiB each)");
-  CHECK(during.descriptors == before.descriptors + n);
+  // Each stranger holds its socket and nothing else: counted apart from the sockets (which the
+  // waits above counted exactly), since an agent of a sanitizer build once closed a descriptor
+  // that was not a socket between `before` and here (CI of 7f67ec1: 2014 == 2015).
+  CHECK(during.descriptors - during.sockets <= before.descriptors - before.sockets);
   CHECK(during.threads == before.threads);  // a stranger costs no thread
   if (rss_meaningful) CHECK(per_stranger_kib < static_cast<double>(stranger_kib_max));
 
@@ -93,7 +96,7 @@ TEST_CASE("2,000 strangers that sent 4 bytes each cost the agent a few KiB each,
   // (at most a second after they went).
   strangers.close_all();
   REQUIRE(within(5000, sockets(1)));
-  CHECK(holdings(job).descriptors == before.descriptors);
+  CHECK(holdings(job).descriptors <= before.descriptors);
   const bool back = within(5000, [&] {
     return !rss_meaningful || holdings(job).rss_kib <= before.rss_kib + left_behind_kib_max;
   });
