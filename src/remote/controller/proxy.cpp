@@ -26,6 +26,16 @@ bool is_local(const std::shared_ptr<rig::detail::BufferCore>& b) {
   return is_local_host(*b->device());
 }
 
+// The device and value of the last work this thread submitted to a remote device. Read and written
+// under the submission lock; a plain thread_local as signals.cpp's, so a signal handler's
+// submission may use it. A driver at the address of a gone one only makes its first submission
+// from this thread go through the loop.
+struct LastSubmitted {
+  const void* driver = nullptr;
+  std::uint64_t value = 0;
+};
+thread_local LastSubmitted last_submitted;
+
 // A program loaded on an agent's device. The entry names a run gives are kept here, and a run
 // carries the name: the agent resolves it, and fails the job if its program has no such entry.
 // Owner: its ImageCore. Threads: any (find takes the names' lock). Lifetime: until the last run
@@ -168,10 +178,15 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
   e.device_id = id_;
   e.value = work.value;
   const std::uint64_t cost = inflight_cost(work);
-  // Work that follows nothing still on its way to or in the agent is latency-bound: its message
-  // may leave from this thread. Pipelined work goes through the loop, which writes what queued at
-  // one turn in one write.
-  const bool alone = flow_.idle();
+  // Latency-bound work may leave from this thread: work that follows nothing still on its way to or
+  // in the agent, or whose thread saw all its own earlier work here reached (it waited, as each of
+  // several threads that submit and wait does). A thread that keeps work of its own in flight (a
+  // pipeline) goes through the loop, which writes what queued at one turn in one write. The order
+  // of the device's messages is kept either way: this runs under the submission lock.
+  const bool alone =
+      flow_.idle() || (last_submitted.driver == this &&
+                       reached_.load(std::memory_order_acquire) >= last_submitted.value);
+  last_submitted = {this, work.value};
   Submit submit{id_, work.value, {}};
   rig::detail::PoolVector<std::span<const std::uint8_t>> sent;
   Sources sources;
@@ -242,6 +257,13 @@ void RemoteDriver::enqueue(rig::detail::Work work) {
   command->link = std::move(link);
   JobLink& to = *command->link;
   to.submit(std::move(command), alone);
+}
+
+void RemoteDriver::reached(const rig::detail::Work& work) noexcept {
+  if (work.value > reached_.load(std::memory_order_relaxed)) {
+    reached_.store(work.value, std::memory_order_release);
+  }
+  flow_.give_back(inflight_cost(work));
 }
 
 Result<std::unique_ptr<rig::detail::Module>> RemoteDriver::load(const Program& program) {

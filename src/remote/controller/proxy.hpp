@@ -2,6 +2,7 @@
 // ("CPU@NAME") and each proxy ("SIM:0@NAME"), and the Proxies that make them for a job's protocol.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -37,7 +38,7 @@ class RemoteDriver final : public rig::detail::Driver {
   void add_reach(std::uint32_t id);
 
   // The loop reports `work` done: what it counted returns, and submitters waiting for room wake.
-  void reached(const rig::detail::Work& work) noexcept { flow_.give_back(inflight_cost(work)); }
+  void reached(const rig::detail::Work& work) noexcept;
 
   std::uint64_t allocate(std::size_t bytes) override;
   void release(std::uint64_t address, std::size_t bytes) noexcept override;
@@ -56,6 +57,8 @@ class RemoteDriver final : public rig::detail::Driver {
   mutable std::mutex reach_mu_;
   std::vector<std::uint32_t> reach_;  // agent device ids this device reaches
   DeviceFlow flow_;
+  // The highest value the loop has reported reached (the loop writes it, submitters read it).
+  std::atomic<std::uint64_t> reached_{0};
 };
 
 // The Proxies of a job of this process: each device gets a RemoteDriver on the job's link and
