@@ -35,7 +35,9 @@ ControllerProtocol::ControllerProtocol(Reactor& reactor, const Timing& timing, K
 ControllerProtocol::~ControllerProtocol() {
   reactor_.remove_ticker(ticker_);
   // What no answer took (the job ended first): each is a block of the pool.
-  while (QueueNode* node = state_->written.pop()) Submission::Owned(static_cast<Submission*>(node));
+  while (QueueNode* node = state_->written.pop_pushed()) {
+    Submission::Owned(static_cast<Submission*>(node));
+  }
 }
 
 void ControllerProtocol::start() {
@@ -222,7 +224,9 @@ Member* ControllerProtocol::owed_now(std::size_t index, std::optional<Expect> ex
 void ControllerProtocol::take_written() {
   // What a submitter wrote itself (DirectLane) is owed from before its first byte left, and must
   // join what its agent owes ahead of anything the loop sends later and of the answer.
-  while (QueueNode* node = state_->written.pop()) {
+  // Every node pushed before the answer's message left is taken, even while a later push (another
+  // thread's write, to this agent or another) is half done behind it: pop() would stop there.
+  while (QueueNode* node = state_->written.pop_pushed()) {
     const Submission::Owned s(static_cast<Submission*>(node));
     owed_now(s->member, std::move(s->expect));
   }

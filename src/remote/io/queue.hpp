@@ -2,6 +2,8 @@
 // reach the loop thread without a lock or an allocation.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +61,20 @@ class MpscQueue {
       return tail;
     }
     return nullptr;
+  }
+
+  // The oldest node whose push has begun, or nullptr once the queue is empty: a push half done
+  // (its pusher between the exchange and the store) is waited for, yielding the core, where pop()
+  // would say "not yet". For a consumer that must see every node pushed before some event it
+  // observed (an answer to a message whose node was pushed before the message left): pop() can
+  // return nullptr while such a node is queued, when a later push is half done behind it. The wait
+  // is the pusher's two instructions, longer only if it is preempted between them. Consumer only.
+  QueueNode* pop_pushed() noexcept {
+    for (;;) {
+      if (QueueNode* node = pop()) return node;
+      if (empty()) return nullptr;
+      sched_yield();
+    }
   }
 
  private:
