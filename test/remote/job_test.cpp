@@ -434,7 +434,15 @@ TEST_CASE(
   });
   Process controller(
       {env("RIG_TEST_CONTROLLER"), key_file, "--copy-mib", "256", "--until-failed", agent.name()});
-  REQUIRE(controller.line(10'000) == std::optional<std::string>("started"));
+  // The controller fills its 256 MiB before it starts the job: under TSan on this 2-core VM, with
+  // the other suites running, that alone took 8-10 s (CI of eafec79), so this wait is for the
+  // start, not a bound on it. A failed REQUIRE here would end the binary with the fake's thread
+  // still joinable, and nothing said about why.
+  const auto started = controller.line(120'000);
+  if (started != std::optional<std::string>("started")) {
+    while (auto l = controller.err_line(100)) MESSAGE("the controller's stderr: " << *l);
+  }
+  REQUIRE(started == std::optional<std::string>("started"));
   const auto failed = controller.line(10'000);
   if (!failed) {
     while (auto l = controller.err_line(100)) MESSAGE("the controller's stderr: " << *l);

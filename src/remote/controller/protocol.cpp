@@ -556,8 +556,7 @@ void ControllerProtocol::rail_count(Connection& c, const RailCount& m) {
     rail.plan.counts->sent().publish(m.value);
     return;
   }
-  rail.plan.counts->arrived().publish(m.value);
-  rail.plan.counts->sent().publish(m.value);
+  rail.plan.counts->arrive(m.value);
   rail_arrived(rail, m.value);
 }
 

@@ -108,6 +108,11 @@ RailWord& RailCounts::arrived() const noexcept {
   return table[2 * slot_ + 1];
 }
 
+void RailCounts::arrive(std::uint64_t round) noexcept {
+  sent().publish(round);
+  arrived().publish(round);
+}
+
 void RailCounts::raise() noexcept {
   sent().publish(rail_count_raised);
   arrived().publish(rail_count_raised);

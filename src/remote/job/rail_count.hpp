@@ -42,6 +42,10 @@ class RailCounts {
 
   RailWord& sent() const noexcept;
   RailWord& arrived() const noexcept;
+  // A round has arrived: arrived moves to `round`, and sent with it (a round's sources were all
+  // read before its last byte left), sent first, so that whoever sees the arrival also sees sent at
+  // least as far. Loop thread.
+  void arrive(std::uint64_t round) noexcept;
   // Both raised to rail_count_raised, their waiters woken: the job has failed.
   void raise() noexcept;
   // Which of the table's rails_max pairs these are: other per-rail tables of fixed size (an

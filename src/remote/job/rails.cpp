@@ -387,8 +387,7 @@ void Rails::on_data(Connection& from, std::size_t bytes, const std::uint8_t* at)
   rail.due_part = 0;
   // The round is in place: the word says so with release order, so a waiter that sees it sees
   // the bytes. Its sources were all read before its last byte left.
-  rail.counts->arrived().publish(in.round);
-  rail.counts->sent().publish(in.round);
+  rail.counts->arrive(in.round);
   WorkCounters::add(&WorkCounters::rail_rounds_arrived, 1);
   WorkCounters::add(&WorkCounters::rail_bytes_arrived, round_bytes(rail));
   if (rail.link->state() == Connection::State::open) {
@@ -413,8 +412,7 @@ void Rails::on_count(Connection& from, const RailCount& m) {
                          " for rail " + std::to_string(m.rail) + ", of which " +
                          std::to_string(rail->started) + " rounds have started");
   }
-  rail->counts->arrived().publish(m.value);
-  rail->counts->sent().publish(m.value);
+  rail->counts->arrive(m.value);
 }
 
 void Rails::on_end(Connection& from, const RailEnd& m) {

@@ -147,6 +147,33 @@ TEST_SUITE("unit") {
     CHECK(woke.load() == 4);
   }
 
+  TEST_CASE("rail counts: whoever sees a round arrived sees it sent") {
+    // A round's sources were read before its bytes left, so a thread that has waited for an
+    // arrival may write its sources again and read sent() as at least that round. The loop moves
+    // both words; the reader here reads them in the other order, as a user does after
+    // wait_arrived. Published arrived-first, the reader saw sent behind in every run on the VM.
+    auto c = RailCounts::take();
+    REQUIRE(c);
+    constexpr std::uint64_t rounds = 200'000;
+    std::atomic<bool> done{false};
+    std::uint64_t behind = 0;
+    std::uint64_t looks = 0;
+    std::thread reader([&] {
+      while (!done.load(std::memory_order_acquire)) {
+        const std::uint64_t arrived = c->arrived().get();
+        if (c->sent().get() < arrived) ++behind;
+        ++looks;
+      }
+    });
+    for (std::uint64_t r = 1; r <= rounds; ++r) c->arrive(r);
+    done.store(true, std::memory_order_release);
+    reader.join();
+    CAPTURE(looks);
+    CHECK(behind == 0);
+    CHECK(c->sent().get() == rounds);
+    CHECK(c->arrived().get() == rounds);
+  }
+
   TEST_CASE("rail counts: a child of fork sees every word raised; the parent's stay") {
     auto a = RailCounts::take();
     auto b = RailCounts::take();
