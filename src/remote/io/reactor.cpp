@@ -97,8 +97,10 @@ void Reactor::run(const Wait& wait) {
 void Reactor::stop() noexcept {
   if (stopping_) return;
   stopping_ = true;
-  // Every command posted so far runs: each completes exactly once.
-  while (QueueNode* node = queue_.pop()) {
+  // Every command posted so far runs: each completes exactly once. A push half done now (its
+  // poster preempted between its two steps) is waited for: pop() would stop at it, and the command
+  // and every one behind it would never run.
+  while (QueueNode* node = queue_.pop_pushed()) {
     static_cast<Command*>(node)->run(*this);
     unrun_.fetch_sub(1, std::memory_order_acq_rel);
   }
