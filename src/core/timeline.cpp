@@ -128,13 +128,19 @@ void Timeline::sleep_shared(std::uint64_t value) const {
 }
 
 bool Timeline::lose(const std::string& why) {
-  if (!why_.set(why)) return false;
+  // A shared cause read already is the one this timeline keeps: a later loss does not change what
+  // a reader was told. (Only a loss that races the shared cause's setting may still record its
+  // own, as it would have by coming first.)
+  const auto shared = shared_ ? shared_->get() : std::nullopt;
+  if (!why_.set(shared ? *shared : why)) return false;
   wake_all();
   return true;
 }
 
 std::string Timeline::why() const {
-  return why_.get().value_or(std::string());
+  if (auto own = why_.get()) return *own;
+  if (shared_) return shared_->get().value_or(std::string());
+  return {};
 }
 
 void Timeline::check() const {

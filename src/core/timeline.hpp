@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/first_cause.hpp"
@@ -35,7 +36,13 @@ class Timeline {
   // whatever the parent's other threads held.
   bool lose(const std::string& why);
 
-  bool lost() const noexcept { return why_.is_set(); }
+  // A cause this timeline shares with others (a remote job's outcome) and reads as its own loss
+  // once it is set, before lose() is called: every device of a failed job reads lost, with the
+  // job's cause, from the instant the job reads failed, though the job's loop loses them (and wakes
+  // their sleepers) one by one after. Called once, before the device is shared with other threads.
+  void share_cause(std::shared_ptr<const FirstCause> shared) { shared_ = std::move(shared); }
+
+  bool lost() const noexcept { return why_.is_set() || (shared_ && shared_->is_set()); }
   // The cause; empty when not lost.
   std::string why() const;
   // Raises rig::Lost with the cause if lost.
@@ -61,6 +68,7 @@ class Timeline {
   mutable std::atomic<std::uint32_t> seq_{0};       // the shared sequence
   mutable std::atomic<std::uint32_t> sleepers_{0};  // sleepers on the shared sequence
   FirstCause why_;                                  // set once, read without a lock
+  std::shared_ptr<const FirstCause> shared_;        // set before other threads see the timeline
 };
 
 }  // namespace rig::detail

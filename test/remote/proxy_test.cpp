@@ -13,7 +13,10 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/device.hpp"
 #include "rig/program.hpp"
@@ -650,6 +653,49 @@ TEST_CASE("a proxy lost here other than by a close fails the job within a second
   CHECK(a.job_end(1).value_or("").find("failed controller aborted: lost for the test") !=
         std::string::npos);
   job.close();
+}
+
+TEST_CASE("whoever reads a job failed finds every host and proxy of it lost with that cause") {
+  // The loop loses the job's devices one by one: were the job's outcome shown first (as it was), a
+  // thread that polls failed() would see the job failed and a device of it not yet lost, with no
+  // cause to give. This thread polls as fast as it can while the loop fails the job.
+  const std::string key_file = rig::test::make_key_file("proxy-lost-order");
+  Rigd a(key_file), b(key_file);
+  const int trials = sanitized ? 6 : 20;
+  int behind = 0;
+  std::string example;
+  for (int trial = 0; trial < trials; ++trial) {
+    auto job = rig::test::start_job(key_file, {&a, &b});
+    std::vector<rig::Device> all = job.hosts();
+    for (std::size_t m = 0; m < 2; ++m) {
+      const auto d = sims(job, m);
+      all.insert(all.end(), d.begin(), d.end());
+    }
+    const rig::Device lost = sims(job, 0).front();
+    std::optional<std::string> cause;
+    std::thread reader([&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (!(cause = job.failed()) && rig::test::seconds_since(t0) < 5) {
+      }
+      if (!cause) return;
+      // Devices in reverse: the loop reaches the last member's last device last.
+      for (auto it = all.rbegin(); it != all.rend(); ++it) {
+        const auto f = rig::failure(*it);
+        if (f == cause) continue;
+        ++behind;
+        example = it->name() + " read " + f.value_or("(not lost)");
+        break;
+      }
+    });
+    lost.core()->lose("lost for the test");
+    reader.join();
+    REQUIRE(cause.has_value());
+    CHECK(*cause == "lost for the test");
+    job.close();
+  }
+  CHECK_MESSAGE(behind == 0, behind << " of " << trials
+                                    << " trials found a device behind the job's "
+                                    << "failure, as " << example);
 }
 
 TEST_CASE("the loss of a device of the controller's own leaves the job alone") {

@@ -152,11 +152,18 @@ void ControllerProtocol::message(Connection& c, Message&& m) {
   fail(malformed(c) + std::string(name) + " is not one an agent sends");
 }
 
+std::shared_ptr<rig::detail::DeviceCore> ControllerProtocol::make_device(
+    std::size_t member, std::uint32_t id, rig::detail::DeviceInfo info) {
+  auto core = proxies_->make(member, id, std::move(info));
+  if (core) core->timeline().share_cause(JobOutcome::shared(outcome()));
+  return core;
+}
+
 void ControllerProtocol::started() {
   std::vector<Device> hosts;
   for (std::size_t i = 0; i < members_.size(); ++i) {
     Member& m = members_[i];
-    auto core = proxies_->make(
+    auto core = make_device(
         i, 0, rig::detail::DeviceInfo{Kind::cpu, "CPU@" + m.name, m.host_arch, m.host_budget});
     m.host = core;
     m.devices[0] = core;
@@ -314,7 +321,7 @@ std::vector<Device> ControllerProtocol::opened(Member& member, std::size_t index
       fail(member.name + ": malformed message: OPENED device '" + d.name + "' of no known kind");
       return {};
     }
-    auto core = proxies_->make(
+    auto core = make_device(
         index, d.id, rig::detail::DeviceInfo{*kind, d.name + "@" + member.name, d.arch, d.budget});
     proxies_->add(core);  // a throw (rig::Lost) fails the job with its text
     member.devices[d.id] = core;

@@ -97,6 +97,10 @@ class ControllerProtocol final : public JobProtocol, public RailSide {
   // answers it would precede are the hot path).
   static std::string malformed(const Connection& c);
   std::vector<Device> opened(Member& member, std::size_t index, const Opened& o);
+  // A host or proxy of member `member` (device `id` at its agent), whose timeline reads lost with
+  // the job's cause from the instant the job reads failed.
+  std::shared_ptr<rig::detail::DeviceCore> make_device(std::size_t member, std::uint32_t id,
+                                                       rig::detail::DeviceInfo info);
   void started();
   void tick(std::int64_t now);
   // Fails the job if `c`'s agent greeted with the instance id of another member's: one agent

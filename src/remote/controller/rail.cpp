@@ -295,6 +295,7 @@ Result<Rail> rail(std::span<const Transfer> transfers) {
       Kind::cpu,
       "rail " + std::to_string(core->id) + " from " + core->from.name() + " to " + core->to.name(),
       "", 0});
+  core->device->timeline().share_cause(JobOutcome::shared(job->outcome));
   core->device->attach(std::make_unique<RailDriver>(core->link, core->id, from.member, to.member,
                                                     from.host, to.host));
 

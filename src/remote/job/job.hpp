@@ -24,6 +24,12 @@ class JobOutcome {
   // Records `cause` if none is recorded yet; returns whether it did (the first cause wins).
   bool fail(const std::string& cause) { return cause_.set(cause); }
   std::optional<std::string> cause() const { return cause_.get(); }
+  // The cause, owned with `outcome`, for the timelines of the job's devices to share
+  // (Timeline::share_cause): they read lost the instant the job reads failed.
+  static std::shared_ptr<const rig::detail::FirstCause> shared(
+      const std::shared_ptr<JobOutcome>& outcome) {
+    return {outcome, &outcome->cause_};
+  }
 
  private:
   rig::detail::FirstCause cause_;
