@@ -247,9 +247,9 @@ TEST_CASE("kill -9 of the destination mid-round fails the job; every count, ever
   auto rail = rig::remote::rail(std::span(&t, 1));
   REQUIRE(rail.ok());
   std::atomic<int> woke{0};
-  std::vector<std::thread> waiters;
+  rig::test::JobWaiters waiters(ha);
   for (int i = 0; i < 4; ++i) {
-    waiters.emplace_back([&] {
+    waiters.threads.emplace_back([&] {
       try {
         rail->wait_arrived(1000);
       } catch (const rig::Lost&) {
@@ -276,7 +276,7 @@ TEST_CASE("kill -9 of the destination mid-round fails the job; every count, ever
   CAPTURE(*cause);
   CHECK((*cause == b.name() + ": closed its connection" ||
          *cause == a.name() + " aborted: " + b.name() + ": closed its connection"));
-  for (auto& w : waiters) w.join();
+  waiters.join();
   CHECK(woke == 4);
   CHECK(rail->sent() == rig::remote::rail_raised);
   CHECK(rail->arrived() == rig::remote::rail_raised);
@@ -696,9 +696,9 @@ TEST_CASE("SIGSTOP of the destination mid-round: every process's cause is its si
   auto rail = rig::remote::rail(std::span(&t, 1));
   REQUIRE(rail.ok());
   std::atomic<int> woke{0};
-  std::vector<std::thread> waiters;
+  rig::test::JobWaiters waiters(ha);
   for (int i = 0; i < 4; ++i) {
-    waiters.emplace_back([&, i] {
+    waiters.threads.emplace_back([&, i] {
       try {
         if (i % 2 == 0)
           rail->wait_arrived(1000);
@@ -729,7 +729,7 @@ TEST_CASE("SIGSTOP of the destination mid-round: every process's cause is its si
                                                                  << " s");
   CHECK(detected >= 0.9);
   CHECK(detected < 1.0 + 0.3 * rig::test::sanitizer_slowdown);
-  for (auto& w : waiters) w.join();
+  waiters.join();
   CHECK(woke == 4);
   CHECK(rail->sent() == rig::remote::rail_raised);
   CHECK(rail->arrived() == rig::remote::rail_raised);

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/device.hpp"
 #include "remote/controller/controller.hpp"
 #include "remote/controller/member.hpp"
 #include "remote/io/address.hpp"
@@ -96,7 +97,7 @@ inline int connect_loopback(int port, int receive_bytes = 0) {
 // Records that an agent of this test binary listens on loopback `port`; whether one did before.
 // A job names an address HOST:PORT#N once N jobs of the process have dialed it, so an agent on a
 // port an earlier agent had gets a name its test does not expect: FakeAgent takes another port
-// then. (A Rigd's port is its daemon's choice: recorded only.) Any thread.
+// then, and so does Rigd. Any thread.
 inline bool port_seen_before(int port) {
   static std::mutex mu;
   static std::vector<int> seen;
@@ -136,6 +137,29 @@ inline std::optional<std::string> wait_for_failure(const rig::remote::Job& job,
   return cause;
 }
 
+// Threads that wait on a job until it fails. Should the test leave early (a REQUIRE, a call that
+// throws), the destructor fails the job by losing `any` of its devices, which wakes every waiter,
+// then joins them: the test reports its own failure, where a joinable std::thread's destructor
+// would end the process without a word.
+struct JobWaiters {
+  const rig::Device& any;
+  std::vector<std::thread> threads;
+  explicit JobWaiters(const rig::Device& d) : any(d) {}
+  JobWaiters(const JobWaiters&) = delete;
+  JobWaiters& operator=(const JobWaiters&) = delete;
+  void join() {
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
+    }
+  }
+  ~JobWaiters() {
+    const bool early =
+        std::any_of(threads.begin(), threads.end(), [](const auto& t) { return t.joinable(); });
+    if (early) any.core()->lose("the test left before its waiters woke");
+    join();
+  }
+};
+
 // A rigd on 127.0.0.1, port 0, and the port it chose. Stopped with SIGTERM at the end.
 struct Rigd {
   std::unique_ptr<Process> p;
@@ -147,15 +171,27 @@ struct Rigd {
     std::vector<std::string> argv = {env("RIG_RIGD"), "--key",   key_file, "--listen",
                                      "127.0.0.1:0",   "--kinds", "CPU,SIM"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    p = std::make_unique<Process>(argv, env_extra);
-    const auto line = p->line();
-    REQUIRE_MESSAGE(line.has_value(), "rigd printed no listening line");
-    const auto at = rig::remote::parse_listening_line(*line);
-    REQUIRE_MESSAGE(at.ok(), *line << ": " << (at.ok() ? "" : at.error()));
-    REQUIRE(at->host == "127.0.0.1");
-    port = at->port;
-    REQUIRE(port > 0);
-    (void)port_seen_before(port);
+    // A daemon on a port an earlier agent of this binary had would be named HOST:PORT#N by the
+    // job, not as its test expects: another is started (the first still holding its port, so the
+    // kernel gives the next one another), and those put aside stop when this constructor returns.
+    std::vector<std::unique_ptr<Process>> put_aside;
+    for (int tries = 0;; ++tries) {
+      p = std::make_unique<Process>(argv, env_extra);
+      const auto line = p->line();
+      REQUIRE_MESSAGE(line.has_value(), "rigd printed no listening line");
+      const auto at = rig::remote::parse_listening_line(*line);
+      REQUIRE_MESSAGE(at.ok(), *line << ": " << (at.ok() ? "" : at.error()));
+      REQUIRE(at->host == "127.0.0.1");
+      port = at->port;
+      REQUIRE(port > 0);
+      if (!port_seen_before(port)) break;
+      REQUIRE_MESSAGE(tries < 20, "every port rigd chose was one an earlier agent had");
+      put_aside.push_back(std::move(p));
+    }
+    for (auto& q : put_aside) {
+      q->signal(SIGTERM);
+      q->wait_for(5000);
+    }
   }
   ~Rigd() {
     p->signal(SIGTERM);
