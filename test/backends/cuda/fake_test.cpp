@@ -14,6 +14,7 @@
 #include "backends/cuda/gpus.hpp"
 #include "backends/cuda/support.hpp"
 #include "core/device.hpp"
+#include "core/limits.hpp"
 #include "rig/cuda.hpp"
 #include "rig/program.hpp"
 #include "rig/rig.hpp"
@@ -21,14 +22,6 @@
 #include "support/kernels.hpp"
 
 namespace {
-
-// A count of looks in a time window is a figure of the plain build: a sanitizer's build runs each
-// look, and each sleep's wake-up, many times slower.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool sanitized_build = true;
-#else
-constexpr bool sanitized_build = false;
-#endif
 
 // The fake's controls, from the library the backend loaded.
 struct Fake {
@@ -448,26 +441,42 @@ TEST_CASE("while a thread polls for its work the completion thread rests; it tak
   // Looks by this thread, about one a loop's turn. Once the completion thread has seen them (the
   // first 2 ms), it leaves the work to them and makes no look of its own in the next 100 ms
   // (looking beside them, between sleeps that grow, it made about 30; polling, thousands).
+  // Returns the longest the poller was away between two looks.
   const auto poll_for = [&](std::chrono::milliseconds how_long) {
-    const auto until = std::chrono::steady_clock::now() + how_long;
-    while (std::chrono::steady_clock::now() < until) {
+    auto last = std::chrono::steady_clock::now();
+    const auto until = last + how_long;
+    std::chrono::nanoseconds longest{0};
+    while (last < until) {
       d.core()->driver().progress();
       std::this_thread::sleep_for(std::chrono::microseconds(20));
+      const auto now = std::chrono::steady_clock::now();
+      longest = std::max(longest, std::chrono::nanoseconds(now - last));
+      last = now;
     }
+    return longest;
   };
   poll_for(std::chrono::milliseconds(2));
-  const int before = fake.calls("cuEventQuery");
-  const int mine_before = fake.calls_here("cuEventQuery");
-  poll_for(std::chrono::milliseconds(100));
-  const int mine = fake.calls_here("cuEventQuery") - mine_before;
-  const int theirs = fake.calls("cuEventQuery") - before - mine;
-  MESSAGE("looks in 100 ms: " << mine << " by the poller, " << theirs << " by the others");
-  CHECK(mine > 20);
-  // A few may come where the poller was off its core for longer than the lease (a loaded machine:
-  // without the lease, about 100). A sanitizer's build under CI's load keeps the poller off its
-  // core that long often (18 and 156 against about 1,000 of the poller's): there only the rest of
-  // this test holds, that the work is found and taken back.
-  if (!sanitized_build) CHECK(theirs < std::max(5, mine / 50));
+  // A poller off its core for longer than the lease (1 ms) has the completion thread look in its
+  // place, hundreds of times while it spins, as it should: a machine's hiccup does that even
+  // unloaded, now and then. So the check is on a window where the poller kept its lease all along,
+  // the first of a few; a machine too loaded to give one (a sanitizer's build under CI's load)
+  // checks only the rest of this test, that the work is found and taken back.
+  const auto lease_kept = std::chrono::microseconds(rig::detail::cuda_poll_lease_ns / 2000);
+  bool checked = false;
+  for (int window = 0; window < 5 && !checked; ++window) {
+    const int before = fake.calls("cuEventQuery");
+    const int mine_before = fake.calls_here("cuEventQuery");
+    const auto longest = poll_for(std::chrono::milliseconds(100));
+    const int mine = fake.calls_here("cuEventQuery") - mine_before;
+    const int theirs = fake.calls("cuEventQuery") - before - mine;
+    MESSAGE("looks in 100 ms: " << mine << " by the poller, " << theirs << " by the others; the "
+                                << "poller away " << longest.count() / 1000 << " us at most");
+    if (longest >= lease_kept) continue;
+    checked = true;
+    CHECK(mine > 20);
+    CHECK(theirs < std::max(5, mine / 50));
+  }
+  if (!checked) MESSAGE("no window where the poller kept its lease: its looks were not checked");
   // The poller stops without a word: the completion thread finds the work once the lease (1 ms)
   // has run out.
   fake.hold(0);
