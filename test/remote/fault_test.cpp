@@ -480,8 +480,8 @@ TEST_CASE("an abort still arrives when the agent fails with bytes unread on both
 TEST_CASE("an abort still arrives when the controller fails behind bytes its peer has not read") {
   const auto key = rig::test::load_key(rig::test::make_key_file("unread-controller"));
   FakeAgent a, b;
-  // Accepted sockets inherit the listener's buffer size: a offers a small window.
-  setsockopt(a.fd, SOL_SOCKET, SO_RCVBUF, &small_receive_bytes, sizeof small_receive_bytes);
+  // Accepted sockets inherit the listener's buffer size and segment size: a offers a small window.
+  rig::test::small_window(a.fd, small_receive_bytes);
   std::atomic<bool> read_now{false}, b_ends{false};
   std::optional<std::string> reason;
   long a_marks = 0;

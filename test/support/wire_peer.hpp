@@ -369,8 +369,8 @@ inline SendStall stall_a_send(const rig::remote::Key& key, int receive_bytes, do
   using clock = std::chrono::steady_clock;
   FakeAgent agent;
   if (receive_bytes > 0) {
-    // Accepted sockets inherit the listener's buffer size.
-    REQUIRE(setsockopt(agent.fd, SOL_SOCKET, SO_RCVBUF, &receive_bytes, sizeof receive_bytes) == 0);
+    // Accepted sockets inherit the listener's buffer size and segment size.
+    small_window(agent.fd, receive_bytes);
   }
   std::atomic<bool> done{false};
   std::atomic<clock::rep> last_growth{0}, before_last_growth{0};  // clock's ticks since its epoch
