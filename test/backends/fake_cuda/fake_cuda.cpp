@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -59,6 +60,8 @@ struct Event {
   // thread has since seen it done.
   std::thread::id recorder;
   bool seen_by_recorder = false;
+  // When the recorder last asked about it, or recorded it (State::recorder_quiet_ms).
+  std::chrono::steady_clock::time_point recorder_asked{};
 };
 
 struct Stream {
@@ -111,6 +114,12 @@ struct State {
   // until that thread has seen it done, so a test can tell which thread noticed the work first
   // (RIG_FAKE_CUDA_RECORDER_FIRST=1, or rig_fake_cuda_recorder_first).
   bool recorder_first = false;
+  // With it, a done event the recorder has not asked about (nor recorded) for this long reads as
+  // reached to every thread too (0: never): the recorder gave up looking, or never looked, as an
+  // agent's loop does on a contended core, and another thread looks in its place. Each such event
+  // writes one line "fake cuda: the recorder stopped looking" to stderr, so that a test can count
+  // them (RIG_FAKE_CUDA_RECORDER_QUIET_MS).
+  int recorder_quiet_ms = 0;
 };
 
 State& state() {
@@ -125,6 +134,9 @@ State& state() {
       st->ctxs.push_back(c);
     }
     st->recorder_first = std::getenv("RIG_FAKE_CUDA_RECORDER_FIRST") != nullptr;
+    if (const char* env = std::getenv("RIG_FAKE_CUDA_RECORDER_QUIET_MS")) {
+      st->recorder_quiet_ms = std::atoi(env);
+    }
     // "CALL:N:CODE" entries separated by commas.
     if (const char* env = std::getenv("RIG_FAKE_CUDA_INJECT")) {
       std::string spec = env;
@@ -553,6 +565,7 @@ CUresult f_cuEventRecord(CUevent e, CUstream h) {
   ev->seq = st->queued;
   ev->recorder = std::this_thread::get_id();
   ev->seen_by_recorder = false;
+  ev->recorder_asked = std::chrono::steady_clock::now();
   if (!ev->blocking) return CUDA_SUCCESS;
   return queue(s, st, [] {
     State& s2 = state();
@@ -577,9 +590,18 @@ CUresult f_cuEventQuery(CUevent e) {
   auto* ev = reinterpret_cast<Event*>(e);
   if (ev->stream == nullptr) return CUDA_SUCCESS;
   if (CUresult r = enter(s, "cuEventQuery", nullptr); r != CUDA_SUCCESS) return r;
+  const bool by_recorder = ev->recorder == std::this_thread::get_id();
+  const auto now = std::chrono::steady_clock::now();
+  if (by_recorder) ev->recorder_asked = now;
   if (ev->stream->done < ev->seq) return CUDA_ERROR_NOT_READY;
   if (s.recorder_first && !ev->seen_by_recorder) {
-    if (ev->recorder != std::this_thread::get_id()) return CUDA_ERROR_NOT_READY;
+    if (!by_recorder) {
+      const bool gave_up =
+          s.recorder_quiet_ms > 0 &&
+          now - ev->recorder_asked >= std::chrono::milliseconds(s.recorder_quiet_ms);
+      if (!gave_up) return CUDA_ERROR_NOT_READY;
+      std::fputs("fake cuda: the recorder stopped looking\n", stderr);
+    }
     ev->seen_by_recorder = true;
   }
   return event_outcome(ev);
