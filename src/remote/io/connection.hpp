@@ -251,6 +251,8 @@ class Connection final : private TransportEvents {
   std::size_t sink_done_ = 0;
   std::uint8_t sink_type_ = 0;
   Liveness liveness_;
+  // A silence verdict was put off one tick because the peer's bytes waited unread (on_tick).
+  bool silence_spared_ = false;
   std::int64_t started_ms_;
   std::int64_t ended_ms_ = 0;  // when this side ended, or its final message left, if later
   std::uint64_t ticker_ = 0;

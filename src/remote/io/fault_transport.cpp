@@ -233,6 +233,10 @@ bool FaultTransport::send_state(TcpSendState& out) const noexcept {
   return inner_->send_state(out);
 }
 
+std::size_t FaultTransport::unread_bytes() const noexcept {
+  return inner_->unread_bytes();
+}
+
 // ---- reading
 
 int FaultTransport::read_start() {

@@ -61,6 +61,7 @@ class FaultTransport final : public Transport, private TransportEvents {
   void reset() override;
   std::size_t queued_bytes() const noexcept override;
   bool send_state(TcpSendState& out) const noexcept override;
+  std::size_t unread_bytes() const noexcept override;
   std::string peer_address() const override { return inner_->peer_address(); }
 
  private:

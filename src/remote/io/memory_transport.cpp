@@ -226,6 +226,10 @@ bool MemoryTransport::send_state(TcpSendState& out) const noexcept {
   return true;
 }
 
+std::size_t MemoryTransport::unread_bytes() const noexcept {
+  return link_->to[1 - side_].unread();
+}
+
 bool MemoryTransport::step() {
   if (events_ == nullptr || closed_ || (stopped_ != nullptr && *stopped_)) return false;
   if (close_requested_) {

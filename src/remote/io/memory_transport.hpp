@@ -80,6 +80,7 @@ class MemoryTransport final : public Transport {
   std::size_t queued_bytes() const noexcept override;
   // Acknowledged: what the peer has taken; unsent: what waits in the direction's buffer.
   bool send_state(TcpSendState& out) const noexcept override;
+  std::size_t unread_bytes() const noexcept override;
   std::string peer_address() const override { return peer_address_; }
 
   // A process that stops reading, or reads again: while held this end takes nothing.

@@ -23,4 +23,10 @@ bool tcp_send_state(int fd, TcpSendState& out) noexcept {
   return true;
 }
 
+std::size_t tcp_unread_bytes(int fd) noexcept {
+  int unread = 0;
+  if (ioctl(fd, SIOCINQ, &unread) != 0 || unread < 0) return 0;
+  return static_cast<std::size_t>(unread);
+}
+
 }  // namespace rig::remote

@@ -220,6 +220,12 @@ bool TcpTransport::send_state(TcpSendState& out) const noexcept {
          tcp_send_state(fd, out);
 }
 
+std::size_t TcpTransport::unread_bytes() const noexcept {
+  uv_os_fd_t fd;
+  if (!handle_open_ || uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd) != 0) return 0;
+  return tcp_unread_bytes(fd);
+}
+
 std::string TcpTransport::peer_address() const {
   if (!handle_open_) return "?";
   sockaddr_storage a{};

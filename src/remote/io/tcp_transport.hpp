@@ -44,6 +44,7 @@ class TcpTransport final : public Transport {
   std::size_t queued_bytes() const noexcept override;
   int native_fd() const noexcept override;
   bool send_state(TcpSendState& out) const noexcept override;
+  std::size_t unread_bytes() const noexcept override;
   std::string peer_address() const override;
 
  private:

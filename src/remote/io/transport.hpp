@@ -102,6 +102,9 @@ class Transport {
   // What the peer has acknowledged, and what was handed on but not yet acknowledged (the send
   // rule's progress); false if the transport cannot say.
   virtual bool send_state(TcpSendState& out) const noexcept = 0;
+  // Bytes that arrived from the peer and wait to be read (in the kernel, for TCP); 0 if none, or
+  // if the transport cannot say.
+  virtual std::size_t unread_bytes() const noexcept = 0;
   // The peer's address as "IP:PORT" ("[IPv6]:PORT"), or "?" if unknown.
   virtual std::string peer_address() const = 0;
 };

@@ -106,6 +106,7 @@ class Liar final : public Transport, private TransportEvents {
   void reset() override { inner_->reset(); }
   std::size_t queued_bytes() const noexcept override { return inner_->queued_bytes(); }
   bool send_state(TcpSendState& out) const noexcept override { return inner_->send_state(out); }
+  std::size_t unread_bytes() const noexcept override { return inner_->unread_bytes(); }
   std::string peer_address() const override { return inner_->peer_address(); }
 
  private:
@@ -397,6 +398,28 @@ TEST_CASE("connection: a pause of this process is no silence of its peer: read f
   CHECK(j.ctl_owner.text() == "proven");
   CHECK(j.agent_owner.text() == "proven");
   CHECK(j.ctl->state() == State::open);
+}
+
+TEST_CASE("connection: at the tick that finds the peer silent, its bytes waiting unread go first") {
+  // The controller's end reads nothing for 10 s while its ticks run on, as a loop late by most of
+  // the silence runs its timers before its reads (a rail test's agent under TSan, on the scaled 1
+  // s, blamed a peer that was running). The agent's heartbeats wait unread: the tick that finds
+  // the silence reads them first, and the connection goes on.
+  Ends j;
+  j.ctl_faults->stall(Flow::in, true);
+  j.advance(10'000);
+  CHECK(j.ctl_end->unread_bytes() > 0);
+  CHECK(!j.ctl_owner.cause);
+  j.ctl_faults->stall(Flow::in, false);
+  j.net.pump();
+  j.advance(1'000);
+  CHECK(j.ctl_owner.text() == "proven");
+  CHECK(j.ctl->state() == State::open);
+  // Put off one tick, not more: with the bytes still unread at the next tick, the verdict stands.
+  j.ctl_faults->stall(Flow::in, true);
+  j.advance(10'100);
+  CHECK(j.since_t0() == 21'100);
+  CHECK(j.ctl_owner.cause == "h100-a: sent nothing for 10 s");
 }
 
 TEST_CASE("connection: a peer silent across this process's pause: the cause says it was paused") {

@@ -177,6 +177,7 @@ class SimEnd final : public Transport {
   bool send_state(TcpSendState& out) const noexcept override {
     return fault_ && fault_->send_state(out);
   }
+  std::size_t unread_bytes() const noexcept override { return fault_ ? fault_->unread_bytes() : 0; }
   std::string peer_address() const override { return fault_ ? fault_->peer_address() : "?"; }
 
  private:
