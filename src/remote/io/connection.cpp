@@ -230,6 +230,7 @@ void Connection::received(std::size_t bytes) {
       handshake_buf_ = {};
       return;
     case State::open:
+      share_turn(bytes);
       if (!sink_.empty()) {
         sink_done_ += bytes;
         if (sink_done_ < sink_.size()) return;
@@ -245,6 +246,36 @@ void Connection::received(std::size_t bytes) {
     default:
       return;  // ending: what arrives now is read only so that the close resets nothing
   }
+}
+
+void Connection::share_turn(std::size_t bytes) {
+  // Small reads cost little each, and a clock read apiece would tax the round trips they carry.
+  if (bytes < sink_bytes_min || reads_yielded_) return;
+  const std::int64_t now = reactor_.now_ms();
+  if (!reads_this_turn_) {
+    reads_this_turn_ = true;
+    reads_since_ms_ = now;
+    reactor_.at_turn_end([self = self_] {
+      if (*self != nullptr) (*self)->reads_this_turn_ = false;
+    });
+    return;
+  }
+  if (now - reads_since_ms_ < timing_.tick_ms) return;
+  // This read is handled still; the bytes after it wait in the socket for the next turn.
+  reads_yielded_ = true;
+  transport_->read_stop();
+  reactor_.soon([self = self_] {
+    Connection* c = *self;
+    if (c == nullptr || !c->reads_yielded_) return;
+    c->reads_yielded_ = false;
+    if (c->state_ != State::open && c->state_ != State::ending) return;
+    guard(
+        [&] {
+          const int rc = c->transport_->read_start();
+          if (rc != 0) c->fail(c->peer_name_ + ": cannot read: " + uv_text(rc));
+        },
+        [c](const std::string& what) { c->thrown(what); });
+  });
 }
 
 void Connection::on_read_end(int status) noexcept {

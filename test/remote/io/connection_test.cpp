@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,7 @@ class Owner final : public ConnectionOwner {
   }
   void on_bulk(Connection&, std::uint8_t, std::span<const std::uint8_t> bytes) noexcept override {
     bulk_bytes += bytes.size();
+    if (placing) placing();
   }
   void on_failed(Connection& c, const std::string& why) noexcept override {
     log.push_back("failed " + why);
@@ -75,6 +77,7 @@ class Owner final : public ConnectionOwner {
   }
 
   std::size_t bulk_bytes = 0;
+  std::function<void()> placing;  // runs as each bulk frame is placed: a test's slow placement
 
  private:
   void fail(Connection& c, const std::string& why) {
@@ -420,6 +423,43 @@ TEST_CASE("connection: at the tick that finds the peer silent, its bytes waiting
   j.advance(10'100);
   CHECK(j.since_t0() == 21'100);
   CHECK(j.ctl_owner.cause == "h100-a: sent nothing for 10 s");
+}
+
+TEST_CASE("connection: large reads give the loop back once a turn has spent a tick on them") {
+  // libuv reads a ready socket up to 32 times before its loop goes on. A rail's destination whose
+  // every megabyte took 130 ms to place (TSan, a loaded machine) read for a second with no tick,
+  // so sent no heartbeat, and the controller blamed its silence. Here each megabyte takes 60 ms:
+  // a turn reads on until it has run a tick (100 ms), then the loop's timers run first.
+  Ends j;
+  constexpr std::int64_t placing_ms = 60;
+  j.agent_owner.placing = [&] { j.clock.advance(placing_ms); };
+  const std::vector<std::uint8_t> payload(8 * 1024 * 1024, 0x5a);
+  Bytes owned;
+  rig::detail::PoolVector<Connection::Piece> pieces;
+  add_bulk_frames(owned, pieces, Payload::type, payload);
+  bool done = false;
+  j.ctl->send_pieces(std::move(owned), pieces, [&] { done = true; });
+  int turns = 0;
+  std::size_t placed_before = 0;
+  while (j.agent_owner.bulk_bytes < payload.size() && turns < 100) {
+    const std::int64_t t = j.clock.now_ms();
+    j.net.pump();
+    // A turn stops at its first large read after a tick: at most one frame past it.
+    CHECK(j.clock.now_ms() - t <= j.timing.tick_ms + placing_ms);
+    CHECK(j.agent_owner.bulk_bytes > placed_before);
+    placed_before = j.agent_owner.bulk_bytes;
+    j.reactor.tick_now();
+    j.reactor.run_soon();
+    ++turns;
+  }
+  CHECK(j.agent_owner.bulk_bytes == payload.size());
+  CHECK(turns >= 4);  // 8 frames, at most 2 a turn
+  CHECK(done);
+  CHECK(j.ctl->state() == State::open);
+  CHECK(j.agent->state() == State::open);
+  j.advance(1'000);
+  CHECK(!j.ctl_owner.cause);
+  CHECK(!j.agent_owner.cause);
 }
 
 TEST_CASE("connection: a peer silent across this process's pause: the cause says it was paused") {
