@@ -305,7 +305,10 @@ TEST_CASE(
     INFO("Slurm's state of " << c.node << ": " << state);
     CHECK(state.find("NOT_RESPONDING") == std::string::npos);
     CHECK(state.find("DOWN") == std::string::npos);
-    CHECK((state.starts_with("MIXED") || state.starts_with("ALLOCATED")));
+    // The job may be ending already: the controller exits once it has said why, rig run then, and
+    // salloc gives the nodes back (IDLE+COMPLETING was seen here for n2 after the kill -9).
+    CHECK((state.starts_with("MIXED") || state.starts_with("ALLOCATED") ||
+           state.starts_with("IDLE")));
     // The node comes back: its rigd, failed by then, and its step end as they would on their own.
     if (c.blackhole) net.blackhole(c.node, false);
     REQUIRE(failed);
