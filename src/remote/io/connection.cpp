@@ -251,22 +251,13 @@ void Connection::received(std::size_t bytes) {
 void Connection::share_turn(std::size_t bytes) {
   // Small reads cost little each, and a clock read apiece would tax the round trips they carry.
   if (bytes < sink_bytes_min || reads_yielded_) return;
-  const std::int64_t now = reactor_.now_ms();
-  if (!reads_this_turn_) {
-    reads_this_turn_ = true;
-    reads_since_ms_ = now;
-    reactor_.at_turn_end([self = self_] {
-      if (*self != nullptr) (*self)->reads_this_turn_ = false;
-    });
-    return;
-  }
-  if (now - reads_since_ms_ < timing_.tick_ms) return;
+  if (reactor_.turn_ran_ms() < timing_.tick_ms) return;
   // This read is handled still; the bytes after it wait in the socket for the next turn.
   reads_yielded_ = true;
   transport_->read_stop();
   reactor_.soon([self = self_] {
     Connection* c = *self;
-    if (c == nullptr || !c->reads_yielded_) return;
+    if (c == nullptr) return;
     c->reads_yielded_ = false;
     if (c->state_ != State::open && c->state_ != State::ending) return;
     guard(

@@ -254,12 +254,9 @@ class Connection final : private TransportEvents {
   std::size_t sink_done_ = 0;
   std::uint8_t sink_type_ = 0;
   Liveness liveness_;
-  // When this turn's first large read came (reads_this_turn_: the turn has had one), and whether
-  // reading has stopped until the next turn (share_turn). libuv reads a ready socket up to 32
-  // times before its loop goes on: where each megabyte took long to place (130 ms on a loaded
+  // Reading has stopped until the loop's next turn (share_turn). libuv reads a ready socket up to
+  // 32 times before its loop goes on: where each megabyte took long to place (130 ms on a loaded
   // machine under TSan), a rail's destination read for a second with no tick, so no heartbeat.
-  std::int64_t reads_since_ms_ = 0;
-  bool reads_this_turn_ = false;
   bool reads_yielded_ = false;
   // A silence verdict was put off one tick because the peer's bytes waited unread (on_tick).
   bool silence_spared_ = false;

@@ -158,6 +158,15 @@ void Reactor::soon(std::function<void()> fn) {
   }
 }
 
+std::int64_t Reactor::turn_ran_ms() {
+  const std::int64_t now = now_ms();
+  if (turn_timed_) return now - turn_since_ms_;
+  turn_timed_ = true;
+  turn_since_ms_ = now;
+  at_turn_end([this] { turn_timed_ = false; });
+  return 0;
+}
+
 void Reactor::at_turn_end(std::function<void()> fn) {
   if (stopping_) return;
   turn_end_work_.push_back(std::move(fn));

@@ -60,6 +60,10 @@ class Reactor {
   uv_loop_t* loop() noexcept { return &loop_; }
   const Clock& clock() const noexcept { return clock_; }
   std::int64_t now_ms() const noexcept { return clock_.now_ms(); }
+  // How long (clock ms) the loop's current turn has run since this was first asked in it (0 then):
+  // for work that gives the loop back once a turn has run long (a connection's large reads, which
+  // libuv makes up to 32 at a time; Connection::share_turn). Loop thread.
+  std::int64_t turn_ran_ms();
 
   // Called on every tick with the clock's time: where deadlines are checked. Returns a token for
   // remove_ticker. Loop thread.
@@ -136,6 +140,8 @@ class Reactor {
   uv_check_t turn_end_{};                // active while turn_end_work_ holds work: after the poll
   uv_prepare_t turn_end_before_poll_{};  // and before it, for work queued before the poll
   std::vector<std::function<void()>> turn_end_work_;
+  bool turn_timed_ = false;  // turn_ran_ms was asked in this turn, first at turn_since_ms_
+  std::int64_t turn_since_ms_ = 0;
   uv_prepare_t idle_check_{};  // active while idle_work_ holds work: before each poll, is it due?
   std::vector<std::function<void()>> idle_work_;
   std::uint64_t idle_due_ns_ = 0;  // uv_hrtime() by which idle_work_'s oldest runs

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -174,6 +175,13 @@ struct Ends {
     }
   }
   std::int64_t since_t0() const { return clock.now_ms() - t0; }
+  // The controller sends `payload` as PAYLOAD frames from where it lies; `done` once it is sent.
+  void send_payload(std::span<const std::uint8_t> payload, bool& done) {
+    Bytes owned;
+    rig::detail::PoolVector<Connection::Piece> pieces;
+    add_bulk_frames(owned, pieces, Payload::type, payload);
+    ctl->send_pieces(std::move(owned), pieces, [&done] { done = true; });
+  }
   // Runs until both connections have closed, at most `ms_max`.
   void finish(std::int64_t ms_max = 30'000) {
     net.pump();
@@ -259,11 +267,8 @@ TEST_CASE("connection: a peer that stops reading fails the writer after 10 s wit
   const std::int64_t t1 = j.clock.now_ms();
   j.agent_faults->stall(Flow::in, true);
   const std::vector<std::uint8_t> payload(4 * 1024 * 1024, 0x5a);
-  Bytes owned;
-  rig::detail::PoolVector<Connection::Piece> pieces;
-  add_bulk_frames(owned, pieces, Payload::type, payload);
   bool done = false;
-  j.ctl->send_pieces(std::move(owned), pieces, [&] { done = true; });
+  j.send_payload(payload, done);
   // What the network's buffer does not take waits in the controller's transport.
   const std::size_t sent_bytes = payload.size() + 4 * frame_header_bytes;
   CHECK(j.ctl->backlog_bytes() == sent_bytes - memory_buffer_bytes_default);
@@ -434,11 +439,8 @@ TEST_CASE("connection: large reads give the loop back once a turn has spent a ti
   constexpr std::int64_t placing_ms = 60;
   j.agent_owner.placing = [&] { j.clock.advance(placing_ms); };
   const std::vector<std::uint8_t> payload(8 * 1024 * 1024, 0x5a);
-  Bytes owned;
-  rig::detail::PoolVector<Connection::Piece> pieces;
-  add_bulk_frames(owned, pieces, Payload::type, payload);
   bool done = false;
-  j.ctl->send_pieces(std::move(owned), pieces, [&] { done = true; });
+  j.send_payload(payload, done);
   int turns = 0;
   std::size_t placed_before = 0;
   while (j.agent_owner.bulk_bytes < payload.size() && turns < 100) {
