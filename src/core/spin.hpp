@@ -50,9 +50,14 @@ inline std::int64_t steady_ns() noexcept {
       .count();
 }
 
-// Whether a spin or a poll may start now: not while the core is contended (yield_for_spin).
+// Whether a spin or a poll may start at `now_ns` (steady_ns): not while the core is contended
+// (yield_for_spin). Callers that read the clock anyway pass their reading: the clock is one of the
+// larger items of a pipelined message's CPU (bench/README).
+inline bool spins_allowed(std::int64_t now_ns) noexcept {
+  return now_ns >= spin_contention.off_until_ns.load(std::memory_order_relaxed);
+}
 inline bool spins_allowed() noexcept {
-  return steady_ns() >= spin_contention.off_until_ns.load(std::memory_order_relaxed);
+  return spins_allowed(steady_ns());
 }
 
 // The yield between a spin's or a poll's looks, so that a thread it waits for on this very core
@@ -64,9 +69,8 @@ inline bool spins_allowed() noexcept {
 // 25 us). So once `late_yields_contended` yields within a window came back `yield_late_ns` late,
 // spins and polls stop (for spins_off_ns_min, or twice the last time off if that ended within a
 // window: core/limits.hpp) and waits sleep, to be woken; false then, and the caller stops
-// spinning now.
-inline bool yield_for_spin() noexcept {
-  const std::int64_t before = steady_ns();
+// spinning now. `before` is the caller's reading of steady_ns right before the call.
+inline bool yield_for_spin(std::int64_t before) noexcept {
   sched_yield();
   const std::int64_t after = steady_ns();
   if (after - before < static_cast<std::int64_t>(yield_late_ns)) return true;
@@ -90,6 +94,9 @@ inline bool yield_for_spin() noexcept {
   c.off_period_ns.store(period, std::memory_order_relaxed);
   c.off_until_ns.store(after + period, std::memory_order_relaxed);
   return false;
+}
+inline bool yield_for_spin() noexcept {
+  return yield_for_spin(steady_ns());
 }
 
 // A turn to spin: spin_for takes one for its whole spin. The process spins on at most one fewer
@@ -143,16 +150,20 @@ class SpinTurn {
 // may throw (a lost timeline), which ends the spin.
 template <typename Done>
 bool spin_for(std::uint64_t budget_ns, Done&& done) {
-  if (budget_ns == 0 || !spins_allowed()) return done();
+  if (budget_ns == 0) return done();
+  const std::int64_t start = steady_ns();
+  if (!spins_allowed(start)) return done();
   const SpinTurn turn;
   if (!turn) return done();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget_ns);
+  const std::int64_t until = start + static_cast<std::int64_t>(budget_ns);
   for (unsigned look = 1;; ++look) {
     if (done()) return true;
     cpu_relax();
     if (look % spin_looks_per_yield != 0) continue;
-    if (std::chrono::steady_clock::now() >= until) return false;
-    if (!yield_for_spin()) return done();
+    // One reading serves both the budget and the yield's lateness.
+    const std::int64_t now = steady_ns();
+    if (now >= until) return false;
+    if (!yield_for_spin(now)) return done();
   }
 }
 

@@ -409,16 +409,22 @@ void AgentWork::pump() {
   // ask for the next: the loop below takes it, once the one it applies has returned.
   if (pumping_) return;
   pumping_ = true;
+  // The staging cache's idle time counts from the end of the last pump that applied a message:
+  // one clock reading per pump rather than one per message of a pipelined burst.
   struct Done {
-    bool& flag;
-    ~Done() { flag = false; }
-  } done_pumping{pumping_};
+    AgentWork& work;
+    bool applied = false;
+    ~Done() {
+      work.pumping_ = false;
+      if (applied) work.last_work_ms_ = work.reactor_.now_ms();
+    }
+  } done_pumping{*this};
   while (!shut_ && !running_ && !then_ && !queue_.empty() &&
          !rails_.holds(queue_.front().message)) {
     if (receiving_ && queue_.size() == 1) return;  // its bytes are still coming
     Op op = std::move(queue_.front());
     queue_.pop_front();
-    last_work_ms_ = reactor_.now_ms();
+    done_pumping.applied = true;
     apply(op);
   }
   if (!shut_ && closing_ && idle()) {

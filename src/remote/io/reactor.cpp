@@ -119,19 +119,33 @@ void Reactor::stop() noexcept {
 void Reactor::note_activity() noexcept {
   // No poll on a contended core (rig::detail::yield_for_spin): the loop sleeps in epoll, so that
   // its socket's data wakes it and takes the core back.
-  if (spin_ns_ == 0 || stopping_ || !rig::detail::spins_allowed()) return;
-  spin_until_ns_ = uv_hrtime() + spin_ns_;
-  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&spin_))) {
-    polling_.store(1, std::memory_order_relaxed);
-    uv_idle_start(&spin_, on_spin);
+  if (spin_ns_ == 0 || stopping_) return;
+  if (uv_is_active(reinterpret_cast<uv_handle_t*>(&spin_))) {
+    // The poll's next turn reads the clock anyway and extends it from there: no reading per
+    // batch of a pipelined stream.
+    active_since_look_ = true;
+    return;
   }
+  const std::int64_t now = rig::detail::steady_ns();
+  if (!rig::detail::spins_allowed(now)) return;
+  spin_until_ns_ = now + static_cast<std::int64_t>(spin_ns_);
+  polling_.store(1, std::memory_order_relaxed);
+  uv_idle_start(&spin_, on_spin);
 }
 
 void Reactor::on_spin(uv_idle_t* handle) noexcept {
   auto* r = static_cast<Reactor*>(handle->data);
   // Posters do not wake a polling loop: it looks at the queue itself, every turn.
   if (!r->queue_.empty()) r->drain_commands();
-  if (uv_hrtime() >= r->spin_until_ns_) {
+  const std::int64_t now = rig::detail::steady_ns();
+  if (r->active_since_look_) {
+    r->active_since_look_ = false;
+    // Not past a late yield's verdict (yield_for_spin): a contended core ends the poll.
+    if (rig::detail::spins_allowed(now)) {
+      r->spin_until_ns_ = now + static_cast<std::int64_t>(r->spin_ns_);
+    }
+  }
+  if (now >= r->spin_until_ns_) {
     r->polling_.exchange(0, std::memory_order_acq_rel);
     if (!r->queue_.empty()) {
       // Posted as the polling ended, without a wake-up: poll on.
@@ -147,7 +161,7 @@ void Reactor::on_spin(uv_idle_t* handle) noexcept {
   // next turn. But what this turn's end writes (an answer a peer waits for) goes out first: a
   // yield now would let another thread of this core run a slice before it.
   if (!r->turn_end_work_.empty()) return;
-  if (!rig::detail::yield_for_spin()) r->spin_until_ns_ = 0;
+  if (!rig::detail::yield_for_spin(now)) r->spin_until_ns_ = 0;
 }
 
 void Reactor::soon(std::function<void()> fn) {

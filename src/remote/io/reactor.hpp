@@ -128,8 +128,9 @@ class Reactor {
   uv_async_t async_{};
   uv_timer_t tick_{};
   uv_idle_t spin_{};  // active while the loop polls after activity: libuv then polls, never sleeps
-  std::uint64_t spin_ns_;            // how long it polls after activity (0: never)
-  std::uint64_t spin_until_ns_ = 0;  // uv_hrtime() at which the polling stops
+  std::uint64_t spin_ns_;           // how long it polls after activity (0: never)
+  std::int64_t spin_until_ns_ = 0;  // rig::detail::steady_ns() at which the polling stops
+  bool active_since_look_ = false;  // note_activity while polling: on_spin extends the poll
   // 1 while spin_ is active: posters leave out uv_async_send. Cleared before the loop's last
   // look at the queue, so that a post either sees it clear or is found by that look.
   std::atomic<std::uint32_t> polling_{0};
