@@ -31,8 +31,10 @@ std::int64_t completion_poll_us() {
   return us;
 }
 
+// The clock of the spins (core/spin.hpp), so that one reading serves the poll's budget and its
+// yield.
 std::int64_t now_us() {
-  return static_cast<std::int64_t>(uv_hrtime() / 1000);
+  return rig::detail::steady_ns() / 1000;
 }
 
 std::string_view name_of(const Message& m) {
@@ -853,8 +855,9 @@ void AgentWork::poll_running() {
   // yields a turn made that thread's publish wait for two of its slices). With nothing else to
   // run, a yield returns at once; late (a contended core), or while spins are off, the helper
   // sleeps on the work instead.
-  if (now_us() - poll_since_us_ < completion_poll_us() && rig::detail::spins_allowed() &&
-      (reactor_.spinning() || rig::detail::yield_for_spin())) {
+  const std::int64_t now_ns = rig::detail::steady_ns();
+  if (now_ns / 1000 - poll_since_us_ < completion_poll_us() && rig::detail::spins_allowed(now_ns) &&
+      (reactor_.spinning() || rig::detail::yield_for_spin(now_ns))) {
     return;
   }
   // Long work: stop polling and let the helper thread sleep on the timeline and wake the loop. The
