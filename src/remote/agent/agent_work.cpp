@@ -31,12 +31,6 @@ std::int64_t completion_poll_us() {
   return us;
 }
 
-// The clock of the spins (core/spin.hpp), so that one reading serves the poll's budget and its
-// yield.
-std::int64_t now_us() {
-  return rig::detail::steady_ns() / 1000;
-}
-
 std::string_view name_of(const Message& m) {
   return std::visit([](const auto& x) { return x.name; }, m);
 }
@@ -822,7 +816,8 @@ void AgentWork::count_submission(const Submit& m) {
 }
 
 void AgentWork::watch() {
-  poll_since_us_ = now_us();
+  // The spins' clock (core/spin.hpp): one reading a turn serves the poll's budget and its yield.
+  poll_since_ns_ = rig::detail::steady_ns();
   if (completion_poll_us() > 0) {
     uv_idle_start(&idle_, on_idle);
     return;
@@ -856,7 +851,7 @@ void AgentWork::poll_running() {
   // run, a yield returns at once; late (a contended core), or while spins are off, the helper
   // sleeps on the work instead.
   const std::int64_t now_ns = rig::detail::steady_ns();
-  if (now_ns / 1000 - poll_since_us_ < completion_poll_us() && rig::detail::spins_allowed(now_ns) &&
+  if (now_ns - poll_since_ns_ < completion_poll_us() * 1000 && rig::detail::spins_allowed(now_ns) &&
       (reactor_.spinning() || rig::detail::yield_for_spin(now_ns))) {
     return;
   }

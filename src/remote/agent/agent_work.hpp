@@ -231,10 +231,10 @@ class AgentWork {
   bool pumping_ = false;    // pump() is applying a message: a call from within it returns
   std::deque<Op> queue_;
   std::optional<Running> running_;
-  std::function<void()> then_;     // set while a call runs on the helper thread
-  std::function<void()> closing_;  // the controller's close, waiting for the work before it
-  std::int64_t poll_since_us_ = 0;
-  std::int64_t last_work_ms_ = 0;  // when a message was last applied (the staging cache's idle)
+  std::function<void()> then_;      // set while a call runs on the helper thread
+  std::function<void()> closing_;   // the controller's close, waiting for the work before it
+  std::int64_t poll_since_ns_ = 0;  // rig::detail::steady_ns() when its device work was handed in
+  std::int64_t last_work_ms_ = 0;   // when a message was last applied (the staging cache's idle)
   std::shared_ptr<StagingCache> staging_ = std::make_shared<StagingCache>();
 
   std::map<std::uint32_t, Device> devices_;                   // 0: this machine's host
