@@ -56,6 +56,13 @@ constexpr std::size_t handshake_read_bytes = 512;
 constexpr std::size_t sink_bytes_min = 16 * 1024;
 // The most one read into a sink asks for (libuv's buffer length is an unsigned int).
 constexpr std::size_t sink_read_bytes_max = 16 * 1024 * 1024;
+// What the read after a sink's last byte asks for. A large transfer comes as a run of bulk frames,
+// so the next bytes are usually the next frame's header: a full-size read there would take the
+// first read_chunk_bytes of its body through the decoder's buffer, to be copied out again (a
+// sixteenth of a 1 MiB chunk, and the cache it evicts). This much holds the headers between two
+// chunks of a rail round or a copy; libuv reads again at once when a read fills its buffer, by then
+// into the next sink.
+constexpr std::size_t after_sink_read_bytes = 256;
 
 std::string uv_text(int code) {
   return uv_strerror(code);
@@ -192,7 +199,7 @@ std::span<std::uint8_t> Connection::read_buffer(std::size_t) noexcept {
           return;
         }
         if (state_ == State::open) {
-          out = decoder_.prepare(read_chunk_bytes);
+          out = decoder_.prepare(after_sink_ ? after_sink_read_bytes : read_chunk_bytes);
           return;
         }
         // Not open: proving the key, or ending (what arrives is discarded). A stranger gets the
@@ -236,10 +243,12 @@ void Connection::received(std::size_t bytes) {
         if (sink_done_ < sink_.size()) return;
         const std::size_t placed = sink_.size();
         sink_ = {};
+        after_sink_ = true;
         reactor_.note_activity();
         owner_.on_bulk_placed(*this, sink_type_, placed);
         return;
       }
+      after_sink_ = false;
       decoder_.commit(bytes);
       frame_bytes();
       return;

@@ -253,6 +253,8 @@ class Connection final : private TransportEvents {
   std::span<std::uint8_t> sink_;
   std::size_t sink_done_ = 0;
   std::uint8_t sink_type_ = 0;
+  // The last read filled a sink: the next asks for a header's worth (after_sink_read_bytes).
+  bool after_sink_ = false;
   Liveness liveness_;
   // Reading has stopped until the loop's next turn (share_turn). libuv reads a ready socket up to
   // 32 times before its loop goes on: where each megabyte took long to place (130 ms on a loaded
