@@ -846,9 +846,8 @@ nlohmann::json rig_rail_to_agent(Ctx& ctx) {
   auto r = rail_throughput(ctx, "rig.rail.to_agent", src, dst, rail_window);
   r["from"] = rig::host().name();
   r["to"] = there.name();
-  r["note"] =
-      "rounds of one transfer from this process's memory into the agent's, one at a time "
-      "(several in flight stall: bench/README.md), each waited for with wait_arrived";
+  r["note"] = "rounds of one transfer from this process's memory into the agent's, " +
+              std::to_string(rail_window) + " in flight, each waited for with wait_arrived";
   return r;
 }
 
