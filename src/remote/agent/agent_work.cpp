@@ -200,6 +200,20 @@ void StagingCache::clear() {
   cached_bytes_ = 0;
 }
 
+std::vector<std::size_t> back_pieces(std::uint64_t bytes) {
+  std::vector<std::size_t> pieces;
+  if (bytes < 2 * back_piece_bytes_first) {
+    if (bytes > 0) pieces.push_back(static_cast<std::size_t>(bytes));
+    return pieces;
+  }
+  std::uint64_t piece = back_piece_bytes_first;
+  for (std::uint64_t done = 0; done < bytes; done += pieces.back()) {
+    pieces.push_back(static_cast<std::size_t>(std::min(piece, bytes - done)));
+    piece = std::min<std::uint64_t>(piece * 2, staging_piece_bytes_early);
+  }
+  return pieces;
+}
+
 // ---- AgentWork
 
 void AgentWork::message(Message&& m) {
@@ -633,14 +647,14 @@ void AgentWork::load(const Load& m, Op& op) {
 void AgentWork::submit(const Submit& m, Op& op) {
   Device* d = device(m.device, "SUBMIT");
   if (d == nullptr) return;
-  Running run{*d, 0, m.device, m.value, {}, {}};
+  Running run{*d, 0, m.device, m.value, {}, {}, 0, {}, 0};
   std::vector<Part> parts;
   parts.reserve(m.parts.size());
   std::size_t staged = 0;
   // A SUBMIT of nothing but copies into the controller's memory from memory this process
   // addresses (host memory, a SIM device's) is written from where that memory lies
   // (send_from_memory): no copy into staging first.
-  if (send_from_memory(m)) return;
+  if (send_from_memory(m) || send_in_pieces(m)) return;
   for (const WirePart& p : m.parts) {
     if (p.kind == WirePart::copy) {
       if (p.bytes == 0) continue;  // checked by the controller, nothing to move
@@ -786,7 +800,7 @@ bool AgentWork::send_from_memory(const Submit& m) {
   if (pieces.empty()) return false;
   // Until the write is done its bytes are read from the job's memory: the work stays running, so
   // that nothing later changes that memory meanwhile; REACHED follows at its end.
-  running_ = Running{d, 0, m.device, m.value, {}, {}};
+  running_ = Running{d, 0, m.device, m.value, {}, {}, 0, {}, 0};
   running_->writes_from_memory = 1;
   count_submission(m);
   controller_->send_pieces(std::move(owned), pieces, [self = self_, sources = std::move(sources)] {
@@ -796,6 +810,69 @@ bool AgentWork::send_from_memory(const Submit& m) {
     work->check_running();
   });
   return true;
+}
+
+bool AgentWork::send_in_pieces(const Submit& m) {
+  const WirePart* copy = nullptr;
+  for (const WirePart& p : m.parts) {
+    if (p.kind == WirePart::copy && p.bytes == 0) continue;
+    if (copy != nullptr || p.kind != WirePart::copy || p.dst != 0 || p.src == 0) return false;
+    copy = &p;
+  }
+  if (copy == nullptr || copy->bytes < 2 * back_piece_bytes_first) return false;
+  // Anything the SUBMIT's own turn would refuse takes that turn, which says why in its words.
+  const auto src = memory_.find(copy->src);
+  if (src == memory_.end() || copy->src_offset > src->second.size() ||
+      copy->bytes > src->second.size() - copy->src_offset) {
+    return false;
+  }
+  Device& d = devices_[m.device];
+  Running run{d, 0, m.device, m.value, {}, {}, 0, {}, 0};
+  std::uint64_t at = copy->src_offset;
+  for (const std::size_t bytes : back_pieces(copy->bytes)) {
+    Copy c;
+    try {
+      c.dst = staging_->take(bytes);
+    } catch (const std::exception& e) {
+      fail(std::string("cannot stage a copy to the controller: ") + e.what());
+      return true;
+    }
+    Buffer staging = c.dst;
+    c.src = src->second;
+    c.src_offset = static_cast<std::size_t>(at);
+    c.bytes = bytes;
+    at += bytes;
+    try {
+      const Part part{std::move(c)};
+      run.local_value = rig::submit(d, std::span<const Part>(&part, 1));
+    } catch (const std::exception& e) {
+      fail(e.what());  // refused by this machine's rig, or a lost device: as the whole would be
+      return true;
+    }
+    run.back.push_back({run.local_value, std::move(staging), bytes});
+  }
+  count_submission(m);
+  running_ = std::move(run);
+  check_running();
+  if (running_) watch();
+  return true;
+}
+
+void AgentWork::send_back_pieces(std::uint64_t reached) {
+  Running& run = *running_;
+  while (run.back_sent < run.back.size() && reached >= run.back[run.back_sent].local_value) {
+    Running::BackPiece& piece = run.back[run.back_sent++];
+    // Its DATA frames straight from the staging piece, which the write holds until it is done.
+    Bytes owned;
+    rig::detail::PoolVector<Connection::Piece> pieces;
+    add_bulk_frames(
+        owned, pieces, Data::type,
+        {reinterpret_cast<const std::uint8_t*>(piece.staging.access().data()), piece.bytes});
+    controller_->send_pieces(std::move(owned), pieces,
+                             [staging = staging_, buffer = std::move(piece.staging)]() mutable {
+                               staging->give_back(std::move(buffer));
+                             });
+  }
 }
 
 void AgentWork::reached(std::uint32_t device, std::uint64_t value) {
@@ -859,21 +936,40 @@ void AgentWork::poll_running() {
   // device's own thread finds the work's end from now on.
   uv_idle_stop(&idle_);
   running_->device.core()->driver().stop_polling();
+  wait_off_loop();
+}
+
+void AgentWork::wait_off_loop() {
+  // For a copy back in pieces, the next piece to send; otherwise the work's end.
+  const Running& run = *running_;
+  const bool piece = run.back_sent < run.back.size();
+  const std::uint64_t value = piece ? run.back[run.back_sent].local_value : run.local_value;
   off_loop(
-      [device = running_->device, value = running_->local_value] {
+      [device = run.device, value] {
         try {
           device.wait(value);
         } catch (...) {
           // Lost: the loop sees the loss when it looks.
         }
       },
-      [this] { check_running(); });
+      [this, piece, device = run.device_id, submitted = run.value] {
+        check_running();
+        // The same copy still running after a piece (its end may have started the next work): the
+        // piece has gone, the next one is waited for.
+        if (piece && running_ && !shut_ && running_->device_id == device &&
+            running_->value == submitted) {
+          wait_off_loop();
+        }
+      });
 }
 
 void AgentWork::check_running() {
   if (!running_ || shut_) return;
   if (auto why = rig::failure(running_->device)) return device_lost(*why);
-  if (running_->writes_from_memory == 0 && running_->device.reached() >= running_->local_value) {
+  // One reading for both: a piece reached between two would end the work without its bytes.
+  const std::uint64_t reached = running_->device.reached();
+  send_back_pieces(reached);
+  if (running_->writes_from_memory == 0 && reached >= running_->local_value) {
     finish_running();
   }
 }

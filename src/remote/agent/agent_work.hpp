@@ -37,6 +37,16 @@ inline constexpr std::size_t staging_piece_bytes_min = inflight_bytes_max;
 // soon as it is full: the device's copy of one piece runs while the next is received, and a
 // piece whose copy is done serves again for a later one.
 inline constexpr std::size_t staging_piece_bytes_early = 4 * MiB;
+// A copy into the controller's memory from memory this process does not address (a GPU's) is
+// staged in pieces, the first of this size and each next one twice the one before, up to
+// staging_piece_bytes_early: a piece's bytes are sent as soon as the device has copied it, while it
+// copies the next. Staged whole, a 1 MiB copy from an H100 sent its first byte only after the
+// GPU's copy of all of it, 44 us of its 187 (bench/README.md). A copy of less than two first
+// pieces is staged whole.
+inline constexpr std::size_t back_piece_bytes_first = 256 * 1024;
+
+// The sizes of the pieces of a copy of `bytes` into the controller's memory, in order.
+std::vector<std::size_t> back_pieces(std::uint64_t bytes);
 
 struct Helper;
 
@@ -166,6 +176,15 @@ class AgentWork {
     // Writes of bytes for the controller's memory straight from host buffers of the job (copies at
     // the head of the SUBMIT): until they are done, no later work may change those buffers.
     std::size_t writes_from_memory = 0;
+    // A copy into the controller's memory made in pieces (back_piece_bytes_first), each submitted
+    // on its own and sent once its device value is reached; those before back_sent have gone.
+    struct BackPiece {
+      std::uint64_t local_value;
+      Buffer staging;
+      std::size_t bytes;
+    };
+    std::vector<BackPiece> back;
+    std::size_t back_sent = 0;
   };
 
   void pump();
@@ -185,6 +204,11 @@ class AgentWork {
   // addresses (direct_bytes) straight from there, if it is one; the work runs until the write is
   // done.
   bool send_from_memory(const Submit& m);
+  // Runs a SUBMIT of one large copy into the controller's memory from a device's memory in pieces
+  // (back_pieces), if it is one.
+  bool send_in_pieces(const Submit& m);
+  // Sends the pieces of the running copy (Running::back) that the device has `reached`, in order.
+  void send_back_pieces(std::uint64_t reached);
   // The operator's counts of a SUBMIT whose work is on its way (or done, its bytes in place).
   static void count_submission(const Submit& m);
   // A last piece with room for the staged copy's next bytes: the one there, or a new one; the
@@ -200,6 +224,9 @@ class AgentWork {
   void hand_piece(Op& op, Staged& s);
   void watch();
   void check_running();
+  // Has the helper thread sleep on the running work's device until its next piece to send (a copy
+  // back in pieces) or its end, then looks at it on the loop.
+  void wait_off_loop();
   void finish_running();
   // Tells the controller that `device` has reached `value` (the SUBMIT of that value is done).
   void reached(std::uint32_t device, std::uint64_t value);

@@ -40,3 +40,29 @@ TEST_CASE("a buffer given back makes room for itself up to the cache's limit, sm
   CHECK(cache.take(big).access().data() == at_b);
   CHECK(cache.kept_bytes() == 0);
 }
+
+TEST_CASE("a large copy back from a device is staged in growing pieces, each sent once copied") {
+  using rig::remote::back_piece_bytes_first;
+  using rig::remote::back_pieces;
+  using rig::remote::staging_piece_bytes_early;
+  constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
+  CHECK(back_pieces(0).empty());
+  // Below two first pieces a copy is staged whole, as before.
+  CHECK(back_pieces(1) == std::vector<std::size_t>{1});
+  CHECK(back_pieces(2 * back_piece_bytes_first - 1) ==
+        std::vector<std::size_t>{2 * back_piece_bytes_first - 1});
+  // 1 MiB: its first quarter leaves while the GPU copies the rest (staged whole, it waited for
+  // all).
+  CHECK(back_pieces(1 * MiB) == std::vector<std::size_t>{256 * KiB, 512 * KiB, 256 * KiB});
+  CHECK(back_pieces(16 * MiB + 5) == std::vector<std::size_t>{256 * KiB, 512 * KiB, 1 * MiB,
+                                                              2 * MiB, 4 * MiB, 4 * MiB, 4 * MiB,
+                                                              256 * KiB + 5});
+  std::size_t sum = 0, count = 0;
+  for (const std::size_t p : back_pieces(1024 * MiB)) {
+    CHECK(p <= staging_piece_bytes_early);
+    sum += p;
+    ++count;
+  }
+  CHECK(sum == 1024 * MiB);
+  CHECK(count <= 1024 * MiB / staging_piece_bytes_early + 5);  // each costs the loop an issue
+}
