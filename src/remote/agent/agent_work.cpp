@@ -647,7 +647,7 @@ void AgentWork::load(const Load& m, Op& op) {
 void AgentWork::submit(const Submit& m, Op& op) {
   Device* d = device(m.device, "SUBMIT");
   if (d == nullptr) return;
-  Running run{*d, 0, m.device, m.value, {}, {}, 0, {}, 0};
+  Running run{*d, 0, m.device, m.value, {}, 0, {}, 0};
   std::vector<Part> parts;
   parts.reserve(m.parts.size());
   std::size_t staged = 0;
@@ -689,11 +689,11 @@ void AgentWork::submit(const Submit& m, Op& op) {
       c.src_offset = p.src_offset;
       if (p.dst == 0) {
         try {
-          run.copies_back.emplace_back(staging_->take(p.bytes), p.bytes);
+          run.back.push_back({0, staging_->take(p.bytes), p.bytes});
         } catch (const std::exception& e) {
           return fail(std::string("cannot stage a copy to the controller: ") + e.what());
         }
-        c.dst = run.copies_back.back().first;
+        c.dst = run.back.back().staging;
       } else {
         Buffer* b = memory(p.dst, "SUBMIT");
         if (b == nullptr) return;
@@ -758,6 +758,8 @@ void AgentWork::submit(const Submit& m, Op& op) {
     } catch (const std::exception& e) {
       return fail(e.what());  // refused by this machine's rig, out of memory, or a lost device
     }
+    // The copies into the controller's memory go back once all of the work is done.
+    for (Running::BackPiece& piece : run.back) piece.local_value = run.local_value;
   }
   count_submission(m);
   for (Staged& st : op.staged) {
@@ -800,7 +802,7 @@ bool AgentWork::send_from_memory(const Submit& m) {
   if (pieces.empty()) return false;
   // Until the write is done its bytes are read from the job's memory: the work stays running, so
   // that nothing later changes that memory meanwhile; REACHED follows at its end.
-  running_ = Running{d, 0, m.device, m.value, {}, {}, 0, {}, 0};
+  running_ = Running{d, 0, m.device, m.value, {}, 0, {}, 0};
   running_->writes_from_memory = 1;
   count_submission(m);
   controller_->send_pieces(std::move(owned), pieces, [self = self_, sources = std::move(sources)] {
@@ -827,7 +829,7 @@ bool AgentWork::send_in_pieces(const Submit& m) {
     return false;
   }
   Device& d = devices_[m.device];
-  Running run{d, 0, m.device, m.value, {}, {}, 0, {}, 0};
+  Running run{d, 0, m.device, m.value, {}, 0, {}, 0};
   std::uint64_t at = copy->src_offset;
   for (const std::size_t bytes : back_pieces(copy->bytes)) {
     Copy c;
@@ -860,19 +862,23 @@ bool AgentWork::send_in_pieces(const Submit& m) {
 
 void AgentWork::send_back_pieces(std::uint64_t reached) {
   Running& run = *running_;
+  if (run.back_sent == run.back.size() || reached < run.back[run.back_sent].local_value) return;
+  // Every piece ready now in one write, each in DATA frames straight from its staging buffer,
+  // which the write holds until it is done.
+  Bytes owned;
+  rig::detail::PoolVector<Connection::Piece> pieces;
+  std::vector<Buffer> sent;
   while (run.back_sent < run.back.size() && reached >= run.back[run.back_sent].local_value) {
     Running::BackPiece& piece = run.back[run.back_sent++];
-    // Its DATA frames straight from the staging piece, which the write holds until it is done.
-    Bytes owned;
-    rig::detail::PoolVector<Connection::Piece> pieces;
     add_bulk_frames(
         owned, pieces, Data::type,
         {reinterpret_cast<const std::uint8_t*>(piece.staging.access().data()), piece.bytes});
-    controller_->send_pieces(std::move(owned), pieces,
-                             [staging = staging_, buffer = std::move(piece.staging)]() mutable {
-                               staging->give_back(std::move(buffer));
-                             });
+    sent.push_back(std::move(piece.staging));
   }
+  controller_->send_pieces(std::move(owned), pieces,
+                           [staging = staging_, sent = std::move(sent)]() mutable {
+                             for (Buffer& b : sent) staging->give_back(std::move(b));
+                           });
 }
 
 void AgentWork::reached(std::uint32_t device, std::uint64_t value) {
@@ -978,21 +984,7 @@ void AgentWork::finish_running() {
   Running run = std::move(*running_);
   running_.reset();
   uv_idle_stop(&idle_);
-  if (!run.copies_back.empty()) {
-    // The bytes for the controller's memory go first, each copy's in DATA frames, straight from
-    // the staging buffers, which the write holds until it is done.
-    Bytes owned;
-    rig::detail::PoolVector<Connection::Piece> pieces;
-    auto back = std::move(run.copies_back);
-    for (const auto& [buffer, bytes] : back) {
-      add_bulk_frames(owned, pieces, Data::type,
-                      {reinterpret_cast<const std::uint8_t*>(buffer.access().data()), bytes});
-    }
-    controller_->send_pieces(std::move(owned), pieces,
-                             [staging = staging_, back = std::move(back)]() mutable {
-                               for (auto& b : back) staging->give_back(std::move(b.first));
-                             });
-  }
+  // Its copies into the controller's memory have gone (send_back_pieces), before this REACHED.
   for (Buffer& b : run.staged) staging_->give_back(std::move(b));
   reached(run.device_id, run.value);
   pump();

@@ -169,19 +169,17 @@ class AgentWork {
     std::uint64_t local_value = 0;
     std::uint32_t device_id = 0;
     std::uint64_t value = 0;
-    // Staged bytes for the controller's memory, in order, and how many of each go back (a kept
-    // staging buffer may be larger than its copy).
-    std::vector<std::pair<Buffer, std::size_t>> copies_back;
     std::vector<Buffer> staged;  // the controller's bytes this work copies from
     // Writes of bytes for the controller's memory straight from host buffers of the job (copies at
     // the head of the SUBMIT): until they are done, no later work may change those buffers.
     std::size_t writes_from_memory = 0;
-    // A copy into the controller's memory made in pieces (back_piece_bytes_first), each submitted
-    // on its own and sent once its device value is reached; those before back_sent have gone.
+    // Bytes for the controller's memory, in order: each piece staged, and sent once the device
+    // has reached its value; those before back_sent have gone. The copies of a SUBMIT's work go
+    // at its end; one large copy alone goes in pieces as the device copies them (send_in_pieces).
     struct BackPiece {
       std::uint64_t local_value;
-      Buffer staging;
-      std::size_t bytes;
+      Buffer staging;     // a kept buffer may be larger than its piece
+      std::size_t bytes;  // what goes back of it
     };
     std::vector<BackPiece> back;
     std::size_t back_sent = 0;
