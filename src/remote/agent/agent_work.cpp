@@ -647,7 +647,7 @@ void AgentWork::load(const Load& m, Op& op) {
 void AgentWork::submit(const Submit& m, Op& op) {
   Device* d = device(m.device, "SUBMIT");
   if (d == nullptr) return;
-  Running run{*d, 0, m.device, m.value, {}, 0, {}, 0};
+  Running run{.device = *d, .device_id = m.device, .value = m.value};
   std::vector<Part> parts;
   parts.reserve(m.parts.size());
   std::size_t staged = 0;
@@ -783,26 +783,22 @@ bool AgentWork::send_from_memory(const Submit& m) {
   for (const WirePart& p : m.parts) {
     if (p.kind == WirePart::copy && p.bytes == 0) continue;
     // Anything else, or anything the SUBMIT's own turn would refuse, takes that turn.
-    if (p.kind != WirePart::copy || p.dst != 0 || p.src == 0) return false;
-    const auto src = memory_.find(p.src);
-    if (src == memory_.end() || p.src_offset > src->second.size() ||
-        p.bytes > src->second.size() - p.src_offset) {
-      return false;
-    }
+    const Buffer* src = copy_back_source(p);
+    if (src == nullptr) return false;
     // The work before has run (the SUBMIT's turn), so these are the bytes the copy would read:
     // of host memory, or of a device's that the process addresses itself.
-    const auto whole = direct_bytes(src->second);
+    const auto whole = direct_bytes(*src);
     if (whole.empty()) return false;
     const auto bytes =
         whole.subspan(static_cast<std::size_t>(p.src_offset), static_cast<std::size_t>(p.bytes));
     add_bulk_frames(owned, pieces, Data::type,
                     {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
-    sources.push_back(src->second);
+    sources.push_back(*src);
   }
   if (pieces.empty()) return false;
   // Until the write is done its bytes are read from the job's memory: the work stays running, so
   // that nothing later changes that memory meanwhile; REACHED follows at its end.
-  running_ = Running{d, 0, m.device, m.value, {}, 0, {}, 0};
+  running_ = Running{.device = d, .device_id = m.device, .value = m.value};
   running_->writes_from_memory = 1;
   count_submission(m);
   controller_->send_pieces(std::move(owned), pieces, [self = self_, sources = std::move(sources)] {
@@ -814,22 +810,27 @@ bool AgentWork::send_from_memory(const Submit& m) {
   return true;
 }
 
+const Buffer* AgentWork::copy_back_source(const WirePart& p) const {
+  if (p.kind != WirePart::copy || p.dst != 0 || p.src == 0) return nullptr;
+  const auto src = memory_.find(p.src);
+  if (src == memory_.end() || p.src_offset > src->second.size() ||
+      p.bytes > src->second.size() - p.src_offset) {
+    return nullptr;
+  }
+  return &src->second;
+}
+
 bool AgentWork::send_in_pieces(const Submit& m) {
   const WirePart* copy = nullptr;
+  const Buffer* src = nullptr;
   for (const WirePart& p : m.parts) {
     if (p.kind == WirePart::copy && p.bytes == 0) continue;
-    if (copy != nullptr || p.kind != WirePart::copy || p.dst != 0 || p.src == 0) return false;
+    if (copy != nullptr || (src = copy_back_source(p)) == nullptr) return false;
     copy = &p;
   }
   if (copy == nullptr || copy->bytes < 2 * back_piece_bytes_first) return false;
-  // Anything the SUBMIT's own turn would refuse takes that turn, which says why in its words.
-  const auto src = memory_.find(copy->src);
-  if (src == memory_.end() || copy->src_offset > src->second.size() ||
-      copy->bytes > src->second.size() - copy->src_offset) {
-    return false;
-  }
   Device& d = devices_[m.device];
-  Running run{d, 0, m.device, m.value, {}, 0, {}, 0};
+  Running run{.device = d, .device_id = m.device, .value = m.value};
   std::uint64_t at = copy->src_offset;
   for (const std::size_t bytes : back_pieces(copy->bytes)) {
     Copy c;
@@ -840,7 +841,7 @@ bool AgentWork::send_in_pieces(const Submit& m) {
       return true;
     }
     Buffer staging = c.dst;
-    c.src = src->second;
+    c.src = *src;
     c.src_offset = static_cast<std::size_t>(at);
     c.bytes = bytes;
     at += bytes;

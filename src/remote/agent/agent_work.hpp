@@ -169,7 +169,7 @@ class AgentWork {
     std::uint64_t local_value = 0;
     std::uint32_t device_id = 0;
     std::uint64_t value = 0;
-    std::vector<Buffer> staged;  // the controller's bytes this work copies from
+    std::vector<Buffer> staged{};  // the controller's bytes this work copies from
     // Writes of bytes for the controller's memory straight from host buffers of the job (copies at
     // the head of the SUBMIT): until they are done, no later work may change those buffers.
     std::size_t writes_from_memory = 0;
@@ -181,7 +181,7 @@ class AgentWork {
       Buffer staging;     // a kept buffer may be larger than its piece
       std::size_t bytes;  // what goes back of it
     };
-    std::vector<BackPiece> back;
+    std::vector<BackPiece> back{};
     std::size_t back_sent = 0;
   };
 
@@ -202,6 +202,9 @@ class AgentWork {
   // addresses (direct_bytes) straight from there, if it is one; the work runs until the write is
   // done.
   bool send_from_memory(const Submit& m);
+  // The buffer part `p` copies into the controller's memory from, if it is such a copy and within
+  // the buffer; otherwise nullptr, and the SUBMIT's own turn takes it (and says why it refuses).
+  const Buffer* copy_back_source(const WirePart& p) const;
   // Runs a SUBMIT of one large copy into the controller's memory from a device's memory in pieces
   // (back_pieces), if it is one.
   bool send_in_pieces(const Submit& m);
