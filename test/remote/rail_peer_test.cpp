@@ -170,6 +170,22 @@ TEST_CASE("a controller's rail messages that name what the job does not hold fai
          c.send(RailGo{1, 2});
        },
        "controller: malformed message: RAIL_GO of round 2 of rail 1 where round 1 was due"},
+      {"RAIL_GO whose ahead is neither 0 nor 1",
+       [](FakeController& c, std::uint64_t) {
+         c.send(RailGo{1, 1, 2});
+       },
+       "controller: malformed message: RAIL_GO of rail 1 with ahead 2"},
+      {"RAIL_AWAIT for a rail not held",
+       [](FakeController& c, std::uint64_t) {
+         c.send(RailAwait{9, 1});
+       },
+       "RAIL_AWAIT names rail 9, which the job does not hold on this machine"},
+      {"RAIL_AWAIT for a rail of which the agent is the source",
+       [](FakeController& c, std::uint64_t) {
+         c.send(RailAwait{1, 1});
+       },
+       "controller: malformed message: RAIL_AWAIT names rail 1, of which this machine is not "
+       "the destination"},
   };
   for (const Case& k : cases) {
     CAPTURE(k.what);
@@ -222,6 +238,9 @@ TEST_CASE("a controller that is a rail's source and sends chunks out of order fa
        {chunk_and_data({2, 1, 0, 0}, 16)},
        "controller: malformed message: RAIL_CHUNK names rail 2, of which this machine is not the "
        "destination"},
+      {"a chunk whose driven is neither 0 nor 1",
+       {chunk_and_data({1, 1, 0, 0, 2}, 16)},
+       "controller: malformed message: RAIL_CHUNK of rail 1 with driven 2"},
   };
   int job = 0;
   for (const Case& k : cases) {

@@ -418,6 +418,60 @@ TEST_CASE("slow: 10,000 random rounds of 1 B .. 64 MiB per transfer, 1 .. 16 tra
   random_rounds_test(10000, 256 << 10, 64 << 20, 200);
 }
 
+TEST_CASE("a round asks its destination first only when work there comes before it") {
+  // Round 1 follows slow work on A that writes its source and nothing on B, so B is not asked for
+  // RAIL_READY (RAIL_GO ahead): a read of the destination sent to B right after go() must still
+  // wait for the round's bytes (RAIL_AWAIT, riding on that read's SUBMIT). Round 2 follows that
+  // read, still under way on B, so B is asked first (RAIL_EXPECT), and the read sees round 1's
+  // bytes, not round 2's, which would otherwise arrive while it naps.
+  const auto key = rig::test::make_key_file("rail-order");
+  Rigd a(key), b(key);
+  auto job = rig::test::start_job(key, {&a, &b});
+  const rig::Device& ha = job.hosts()[0];
+  const rig::Device& hb = job.hosts()[1];
+  auto ia = rig::load(ha, rig::test::test_kernels());
+  auto ib = rig::load(hb, rig::test::test_kernels());
+  REQUIRE(ia.ok());
+  REQUIRE(ib.ok());
+  constexpr std::uint64_t words = 1024;
+  constexpr std::size_t bytes = words * sizeof(std::uint32_t);
+  // A's nap is far longer than a round trip on loopback, B's between the two.
+  constexpr std::uint64_t nap_a_us = 200'000, nap_b_us = 50'000;
+  rig::Buffer src = rig::Buffer::make(ha, bytes);
+  rig::Buffer dst = rig::Buffer::make(hb, bytes);
+  rig::Buffer seen1 = rig::Buffer::make(hb, bytes), seen2 = rig::Buffer::make(hb, bytes);
+  Transfer t{src, 0, dst, 0, bytes};
+  auto rail = rig::remote::rail(std::span(&t, 1));
+  REQUIRE(rail.ok());
+  const auto fill = [&](std::uint32_t v) -> rig::Part {
+    return rig::Run{*ia,
+                    "fill_u32",
+                    rig::Shape{},
+                    {rig::Arg::out(src), rig::Arg::word(words), rig::Arg::word(v)}};
+  };
+  const auto nap = [](const rig::Image& image, std::uint64_t us) -> rig::Part {
+    return rig::Run{image, "nap", rig::Shape{}, {rig::Arg::word(us)}};
+  };
+  const std::vector<rig::Part> slow_fill{nap(*ia, nap_a_us), fill(1)};
+  rig::submit(ha, slow_fill);
+  REQUIRE(rail->go() == 1);
+  const std::vector<rig::Part> slow_read{nap(*ib, nap_b_us), rig::Copy{seen1, 0, dst, 0, bytes}};
+  rig::submit(hb, slow_read);
+  rig::submit(ha, fill(2));
+  REQUIRE(rail->go() == 2);
+  hb.wait(rig::submit(hb, rig::Copy{seen2, 0, dst, 0, bytes}));
+  rail->wait_arrived(2);
+  const auto words_of = [](const std::vector<std::uint8_t>& v) {
+    std::vector<std::uint32_t> w(v.size() / sizeof(std::uint32_t));
+    std::memcpy(w.data(), v.data(), v.size());
+    return w;
+  };
+  CHECK(words_of(contents(seen1)) == std::vector<std::uint32_t>(words, 1));
+  CHECK(words_of(contents(seen2)) == std::vector<std::uint32_t>(words, 2));
+  CHECK(!job.failed());
+  job.close();
+}
+
 TEST_CASE("work beside a large round goes on, on the rail's connection and at both ends") {
   const auto key = rig::test::make_key_file("rail-beside");
   Rigd a(key), b(key);

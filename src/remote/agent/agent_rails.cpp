@@ -172,6 +172,7 @@ bool AgentRails::conflicts(const Message& m, const UnderWay& u) const {
   };
   if (const auto* g = std::get_if<RailGo>(&m)) return !writes_only && overlaps(g->rail);
   if (const auto* e = std::get_if<RailExpect>(&m)) return overlaps(e->rail);
+  if (const auto* a = std::get_if<RailAwait>(&m)) return overlaps(a->rail);
   return false;
 }
 
@@ -183,6 +184,11 @@ bool AgentRails::holds(const Message& m) const {
 }
 
 void AgentRails::forget_record(HeldRail& rail) noexcept {
+  try {
+    if (!rail.source) let_go_.insert(rail.id);
+  } catch (...) {
+    // No memory to remember it: a RAIL_AWAIT still on its way for it fails the job, named.
+  }
   HostRecord& h = records[rail.counts->slot()];
   if (h.owner != this || h.rail != rail.id) return;
   h.live.store(0, std::memory_order_seq_cst);
@@ -286,11 +292,16 @@ void AgentRails::go(const RailGo& m) {
                  std::to_string(m.rail) + ", where host code has numbered " +
                  std::to_string(expected) + " rounds: a rail given to host code is driven there");
   }
-  // A destination that is the controller is ready for the round already (rig's go() waited).
-  // The round may be sent within this call (the kernel took every chunk at once): the work then
-  // goes on at once, and waits only if it was not.
+  if (m.ahead > 1) {
+    return fail_("controller: malformed message: RAIL_GO of rail " + std::to_string(m.rail) +
+                 " with ahead " + std::to_string(m.ahead));
+  }
+  // A destination that is the controller is ready for the round already (rig's go() waited), and
+  // so is one the controller did not ask (`ahead`: nothing there for the round to follow). The
+  // round may be sent within this call (the kernel took every chunk at once): the work then goes
+  // on at once, and waits only if it was not.
   rail->driven = m.round;
-  rails_.go(*rail, m.round, rail->link != controller_, "controller");
+  rails_.go(*rail, m.round, m.ahead == 0 && rail->link != controller_, "controller");
   if (rail->counts->sent().get() < m.round) under_way_.push_back({m.rail, m.round, false});
 }
 
@@ -308,6 +319,20 @@ void AgentRails::expect(const RailExpect& m) {
   }
   under_way_.push_back({m.rail, m.round, true});
   rails_.say_ready(*rail, m.round);
+}
+
+void AgentRails::await(const RailAwait& m) {
+  if (shut_) return;
+  // It rode on a later write than the rail's last round, whose RAIL_END (on the link, after that
+  // round's bytes) may have come first: every round of the rail has arrived.
+  if (rails_.find(m.rail) == nullptr && let_go_.count(m.rail) != 0) return;
+  HeldRail* rail = held(m.rail, "RAIL_AWAIT", false);
+  if (rail == nullptr) return;
+  rail->driven = std::max(rail->driven, m.round);
+  // It rides on the controller's next write, so the round has often arrived (and been reported:
+  // its chunks said it was the controller's) by now.
+  if (rail->counts->arrived().get() >= m.round) return;
+  under_way_.push_back({m.rail, m.round, true});
 }
 
 void AgentRails::end(const RailEnd& m) {

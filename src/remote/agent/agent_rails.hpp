@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,10 +44,13 @@ class AgentRails {
   void make(const RailMake& m, const std::map<std::uint64_t, Buffer>& memory);
   void go(const RailGo& m);
   void expect(const RailExpect& m);
+  // A round the controller started with no RAIL_READY asked (RAIL_GO `ahead`): later messages
+  // that use its memory wait for its arrival, as after RAIL_EXPECT.
+  void await(const RailAwait& m);
   void end(const RailEnd& m);
   // Whether `m` must wait: it uses memory of a round still under way here (a RAIL_GO's sources
-  // not yet read, a RAIL_EXPECT's destinations not yet all arrived). Work that uses other memory
-  // goes on beside the round; work that uses the round's follows it.
+  // not yet read, a RAIL_EXPECT's or RAIL_AWAIT's destinations not yet all arrived). Work that uses
+  // other memory goes on beside the round; work that uses the round's follows it.
   bool holds(const Message& m) const;
   // Whether a round the controller started is still under way here.
   bool busy() const { return !under_way_.empty(); }
@@ -93,6 +97,7 @@ class AgentRails {
   std::function<Connection*(const std::string&)> find_link_;
   std::vector<UnderWay> under_way_;
   std::map<std::uint32_t, std::vector<std::uint64_t>> memory_of_;  // each rail's, by id
+  std::set<std::uint32_t> let_go_;  // the rails this destination held and has ended (a few bytes)
   bool shut_ = false;
   Rails rails_;
 };

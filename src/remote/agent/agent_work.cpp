@@ -481,6 +481,7 @@ void AgentWork::apply(Op& op) {
   if (const auto* r = std::get_if<RailMake>(&m)) return rails_.make(*r, memory_);
   if (const auto* g = std::get_if<RailGo>(&m)) return rails_.go(*g);
   if (const auto* e = std::get_if<RailExpect>(&m)) return rails_.expect(*e);
+  if (const auto* a = std::get_if<RailAwait>(&m)) return rails_.await(*a);
   if (const auto* n = std::get_if<RailEnd>(&m)) return rails_.end(*n);
   if (const auto* k = std::get_if<Make>(&m)) return make(*k);
   if (const auto* l = std::get_if<Load>(&m)) return load(*l, op);

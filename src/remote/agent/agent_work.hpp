@@ -125,7 +125,8 @@ class AgentWork {
            std::holds_alternative<Free>(m) || std::holds_alternative<Load>(m) ||
            std::holds_alternative<Unload>(m) || std::holds_alternative<Submit>(m) ||
            std::holds_alternative<RailMake>(m) || std::holds_alternative<RailGo>(m) ||
-           std::holds_alternative<RailExpect>(m) || std::holds_alternative<RailEnd>(m);
+           std::holds_alternative<RailExpect>(m) || std::holds_alternative<RailAwait>(m) ||
+           std::holds_alternative<RailEnd>(m);
   }
 
  private:

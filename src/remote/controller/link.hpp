@@ -73,7 +73,10 @@ class RailSide {
   virtual void add_rail(RailPlan plan, std::shared_ptr<Reply> source_reply,
                         std::shared_ptr<Reply> destination_reply) = 0;
   // The controller's round `round` of rail `id`: `work` (the core's) is held until it arrives.
-  virtual void go_rail(std::uint32_t id, std::uint64_t round, rig::detail::Work work) = 0;
+  // `ahead`: no work at the destination is still to come before the round (RailDriver::enqueue),
+  // so the destination is not asked for RAIL_READY.
+  virtual void go_rail(std::uint32_t id, std::uint64_t round, rig::detail::Work work,
+                       bool ahead) = 0;
   // The last handle of rail `id` has gone: its ends let go of it.
   virtual void end_rail(std::uint32_t id) = 0;
 };

@@ -513,24 +513,39 @@ void ControllerProtocol::add_rail(RailPlan plan, std::shared_ptr<Reply> source_r
   rails_.emplace(id, KeptRail{std::move(plan), {}});
 }
 
-void ControllerProtocol::go_rail(std::uint32_t id, std::uint64_t round, rig::detail::Work work) {
+void ControllerProtocol::go_rail(std::uint32_t id, std::uint64_t round, rig::detail::Work work,
+                                 bool ahead) {
   auto it = rails_.find(id);
   if (it == rails_.end() || has_failed() || closing_) return;
   KeptRail& rail = it->second;
   rail.rounds.emplace_back(round, std::move(work));
   const RailPlan& plan = rail.plan;
+  if (plan.source == RailPlan::controller) {
+    // go() waited for all the work the round follows (RailDriver::ready), and work after it on the
+    // destination waits here for its arrival: the chunks go at once, and say whose round it is.
+    if (HeldRail* held = own_rails_.find(id)) {
+      held->driven = round;
+      own_rails_.go(*held, round, false, "controller");
+    }
+    return;
+  }
   // A burst of go() calls the loop took in one turn goes in one write per connection.
   const auto to_member = [&](std::size_t member, const Message& m) {
     if (Connection* c = member_connection(member)) c->send_soon(m);
   };
-  // The destination first, so that its RAIL_READY is on its way as the source reaches the round.
-  if (plan.destination != RailPlan::controller) to_member(plan.destination, RailExpect{id, round});
-  if (plan.source != RailPlan::controller) {
-    // A destination that is this process is ready: the round's dependencies are done (go()).
-    to_member(plan.source, RailGo{id, round});
-    return;
+  if (plan.destination != RailPlan::controller) {
+    if (ahead) {
+      // Nothing there for the round to follow: the destination needs to know of it only before
+      // the controller's next message to it, which may use the round's memory.
+      if (Connection* c = member_connection(plan.destination)) c->send_lazy(RailAwait{id, round});
+    } else {
+      // First, so that its RAIL_READY is on its way as the source reaches the round.
+      to_member(plan.destination, RailExpect{id, round});
+    }
   }
-  if (HeldRail* held = own_rails_.find(id)) own_rails_.go(*held, round, true, "controller");
+  // A destination that is this process is ready: the round's dependencies are done (go()).
+  const bool at_once = ahead || plan.destination == RailPlan::controller;
+  to_member(plan.source, RailGo{id, round, static_cast<std::uint8_t>(at_once ? 1 : 0)});
 }
 
 void ControllerProtocol::end_rail(std::uint32_t id) {

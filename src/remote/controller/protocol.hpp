@@ -62,7 +62,7 @@ class ControllerProtocol final : public JobProtocol, public RailSide {
   // RailSide: the job's rails, each kept here from rail() until its last handle goes.
   void add_rail(RailPlan plan, std::shared_ptr<Reply> source_reply,
                 std::shared_ptr<Reply> destination_reply) override;
-  void go_rail(std::uint32_t id, std::uint64_t round, rig::detail::Work work) override;
+  void go_rail(std::uint32_t id, std::uint64_t round, rig::detail::Work work, bool ahead) override;
   void end_rail(std::uint32_t id) override;
 
  private:

@@ -120,14 +120,34 @@ void RailDriver::ready(const rig::detail::Work& work) {
   }
 }
 
+bool RailDriver::nothing_due_at_destination(const rig::detail::Work& work) const {
+  for (const rig::detail::Dep& dep : work.deps) {
+    if (dep.device->timeline().reached() >= dep.value) continue;  // done there
+    const auto& driver = dep.device->driver();
+    if (const auto* r = dynamic_cast<const RemoteDriver*>(&driver);
+        r != nullptr && r->member() == destination_) {
+      return false;
+    }
+    if (const auto* rd = dynamic_cast<const RailDriver*>(&driver);
+        rd != nullptr && rd != this && rd->ends_at(destination_)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void RailDriver::enqueue(rig::detail::Work work) {
   auto link = link_.lock();
   if (!link) return;  // lost already, and its waiters know
   flow_.take(inflight_cost(work));
   const std::uint64_t round = work.value;
+  // The round's memory at the destination was last used by an earlier round of this rail, which
+  // the link keeps in order, or by work done there already: no RAIL_READY need be asked for.
+  const bool ahead = nothing_due_at_destination(work);
   auto held = std::make_shared<rig::detail::Work>(std::move(work));
-  link->with_rails(
-      [id = id_, round, held](RailSide& side) { side.go_rail(id, round, std::move(*held)); });
+  link->with_rails([id = id_, round, held, ahead](RailSide& side) {
+    side.go_rail(id, round, std::move(*held), ahead);
+  });
 }
 
 // ---- RailCore

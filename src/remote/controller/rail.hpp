@@ -66,6 +66,10 @@ class RailDriver final : public rig::detail::Driver, public OrderedByAgent {
   void stop() noexcept override { flow_.stop(); }
 
  private:
+  // Whether none of the work a round follows (its deps) is still to be done on the destination's
+  // machine: work of a device there, or a round of another rail that ends there.
+  bool nothing_due_at_destination(const rig::detail::Work& work) const;
+
   const std::weak_ptr<JobLink> link_;
   const std::uint32_t id_;
   const std::size_t source_, destination_;

@@ -124,7 +124,7 @@ Rails::Written Rails::write_round(HeldRail& rail, std::span<std::uint8_t> messag
   std::size_t at = 0;
   for (std::uint32_t i = 0; i < rail.parts.size(); ++i) {
     const std::span<std::byte> part = rail.parts[i];
-    at += encode_into(RailChunk{rail.id, out.round, i, 0}, message.subspan(at));
+    at += encode_into(RailChunk{rail.id, out.round, i, 0, 0}, message.subspan(at));
     write_frame_header(
         std::span<std::uint8_t, frame_header_bytes>(message.data() + at, frame_header_bytes),
         RailData::type, part.size());
@@ -230,7 +230,10 @@ void Rails::pump(Connection* link) {
       // Chunks are cut as they always are; a write takes only whole ones, at most a chunk's worth.
       if (data != 0 && data + n > chunk_bytes) break;
       const std::size_t at = owned.size();
-      encode(RailChunk{rail.id, item.round, o.part, o.offset}, owned);
+      // The controller waits for the arrival of the rounds it started: the destination reports
+      // those at once.
+      const std::uint8_t driven = item.round <= rail.driven ? 1 : 0;
+      encode(RailChunk{rail.id, item.round, o.part, o.offset, driven}, owned);
       const std::size_t header = owned.size();
       owned.resize(header + frame_header_bytes);
       write_frame_header(
@@ -350,6 +353,11 @@ void Rails::on_chunk(Connection& from, const RailChunk& m) {
                          std::to_string(due) + " transfer " + std::to_string(rail->due_part) +
                          " offset " + std::to_string(rail->due_offset) + " was due");
   }
+  if (m.driven > 1) {
+    return bad(from, "RAIL_CHUNK of rail " + std::to_string(m.rail) + " with driven " +
+                         std::to_string(m.driven));
+  }
+  if (m.driven == 1) rail->driven = std::max(rail->driven, m.round);
   incoming_[&from] = Incoming{held_[m.rail], m.round};
 }
 

@@ -55,9 +55,9 @@ struct HeldRail {
   std::atomic<std::uint64_t> handed{0};
   std::atomic<std::uint64_t> direct{0};
   std::atomic<bool> writing{false};
-  // The last round the controller started here (RAIL_GO at a source, RAIL_EXPECT at a
-  // destination): the controller waits for the counts of rounds up to it, so they go at once;
-  // those of rounds host code started ride on a later write (Connection::send_lazy).
+  // The last round the controller started here (RAIL_GO at a source; at a destination, RAIL_EXPECT,
+  // RAIL_AWAIT or a chunk that says so): the controller waits for the counts of rounds up to it, so
+  // they go at once; those of rounds host code started ride on a later write (send_lazy).
   std::uint64_t driven = 0;
   // Destination: the source is the controller, which waits for every arrival.
   bool source_waits = false;

@@ -25,7 +25,7 @@ std::size_t frame_bytes(const Submit& message);
 // RAIL_CHUNK's whole frame written at the start of `out`, with no allocation (a round that host
 // code writes from its own thread, a signal handler's maybe): rail_chunk_frame_bytes, or 0 if
 // `out` is too small for them.
-inline constexpr std::size_t rail_chunk_frame_bytes = frame_header_bytes + 4 + 8 + 4 + 8;
+inline constexpr std::size_t rail_chunk_frame_bytes = frame_header_bytes + 4 + 8 + 4 + 8 + 1;
 std::size_t encode_into(const RailChunk& message, std::span<std::uint8_t> out) noexcept;
 
 // The message in a frame from FrameDecoder, every field checked. The Error starts

@@ -402,18 +402,21 @@ struct RailMade {
   friend bool operator==(const RailMade&, const RailMade&) = default;
 };
 
-// Controller to the source: start round `round` once the work before this message is done and the
-// destination has said RAIL_READY for it (a destination that is the controller is ready already).
-// The source takes no later message until the round's sources are read (sent).
+// Controller to the source: start round `round` once the work before this message is done and,
+// unless `ahead` is 1, the destination has said RAIL_READY for it. With `ahead` 1 the destination
+// was asked nothing (it has no work the round must follow, or it is the controller): the bytes go
+// at once. The source takes no later message until the round's sources are read (sent).
 struct RailGo {
   static constexpr std::uint8_t type = 0x42;
   static constexpr std::string_view name = "RAIL_GO";
   std::uint32_t rail = 0;
   std::uint64_t round = 0;
+  std::uint8_t ahead = 0;
   template <typename M, typename F>
   static void fields(M& m, F& f) {
     f.field("rail", m.rail);
     f.field("round", m.round);
+    f.field("ahead", m.ahead);
   }
   friend bool operator==(const RailGo&, const RailGo&) = default;
 };
@@ -434,6 +437,22 @@ struct RailExpect {
   friend bool operator==(const RailExpect&, const RailExpect&) = default;
 };
 
+// Controller to the destination, riding on the controller's next write to it: round `round`
+// comes with no RAIL_READY asked (RAIL_GO `ahead`); take no later message that uses the round's
+// memory until it has arrived.
+struct RailAwait {
+  static constexpr std::uint8_t type = 0x49;
+  static constexpr std::string_view name = "RAIL_AWAIT";
+  std::uint32_t rail = 0;
+  std::uint64_t round = 0;
+  template <typename M, typename F>
+  static void fields(M& m, F& f) {
+    f.field("rail", m.rail);
+    f.field("round", m.round);
+  }
+  friend bool operator==(const RailAwait&, const RailAwait&) = default;
+};
+
 // Destination to source, on the link: round `round` may come.
 struct RailReady {
   static constexpr std::uint8_t type = 0x44;
@@ -450,7 +469,8 @@ struct RailReady {
 
 // Source to destination, on the link: the RAIL_DATA frame that follows at once carries the next
 // bytes of transfer `part` of round `round`, from `offset` in that transfer. A round's bytes come
-// in order, transfer after transfer.
+// in order, transfer after transfer. `driven` is 1 for a round the controller started (RAIL_GO),
+// which waits for its arrival: the destination reports it at once, not with a later write.
 struct RailChunk {
   static constexpr std::uint8_t type = 0x45;
   static constexpr std::string_view name = "RAIL_CHUNK";
@@ -458,12 +478,14 @@ struct RailChunk {
   std::uint64_t round = 0;
   std::uint32_t part = 0;
   std::uint64_t offset = 0;
+  std::uint8_t driven = 0;
   template <typename M, typename F>
   static void fields(M& m, F& f) {
     f.field("rail", m.rail);
     f.field("round", m.round);
     f.field("part", m.part);
     f.field("offset", m.offset);
+    f.field("driven", m.driven);
   }
   friend bool operator==(const RailChunk&, const RailChunk&) = default;
 };
@@ -512,7 +534,7 @@ struct RailEnd {
 using Message =
     std::variant<Heartbeat, Abort, Close, Closed, Join, Ready, Reached, Open, Opened, Make, Made,
                  Free, Load, Loaded, Unload, Submit, Payload, Data, RailMake, RailMade, RailGo,
-                 RailExpect, RailReady, RailChunk, RailData, RailCount, RailEnd>;
+                 RailExpect, RailReady, RailChunk, RailData, RailCount, RailEnd, RailAwait>;
 
 // Whether frames of this type carry raw bytes that connections pass on undecoded.
 constexpr bool is_bulk(std::uint8_t type) noexcept {

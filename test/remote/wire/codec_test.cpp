@@ -280,14 +280,15 @@ TEST_SUITE("unit") {
                le32(1), std::vector<std::uint8_t>{'b'}, le32(1), le64(3), le64(16), le64(4096)}));
     CHECK(encoded(RailMade{"no"}) == cat({le32(7), std::vector<std::uint8_t>{0x41}, le32(2),
                                           std::vector<std::uint8_t>{'n', 'o'}}));
-    CHECK(encoded(RailGo{1, 2}) ==
-          cat({le32(13), std::vector<std::uint8_t>{0x42}, le32(1), le64(2)}));
+    CHECK(encoded(RailGo{1, 2, 1}) == cat({le32(14), std::vector<std::uint8_t>{0x42}, le32(1),
+                                           le64(2), std::vector<std::uint8_t>{1}}));
     CHECK(encoded(RailExpect{1, 2}) ==
           cat({le32(13), std::vector<std::uint8_t>{0x43}, le32(1), le64(2)}));
     CHECK(encoded(RailReady{1, 2}) ==
           cat({le32(13), std::vector<std::uint8_t>{0x44}, le32(1), le64(2)}));
-    CHECK(encoded(RailChunk{1, 2, 3, 4}) ==
-          cat({le32(25), std::vector<std::uint8_t>{0x45}, le32(1), le64(2), le32(3), le64(4)}));
+    CHECK(encoded(RailChunk{1, 2, 3, 4, 1}) ==
+          cat({le32(26), std::vector<std::uint8_t>{0x45}, le32(1), le64(2), le32(3), le64(4),
+               std::vector<std::uint8_t>{1}}));
     // The same frame written into fixed memory (host code's rounds), or none where it cannot fit.
     std::array<std::uint8_t, rail_chunk_frame_bytes + 1> fixed{};
     CHECK(encode_into(RailChunk{1, 2, 3, 4}, fixed) == rail_chunk_frame_bytes);
@@ -300,16 +301,18 @@ TEST_SUITE("unit") {
           cat({le32(14), std::vector<std::uint8_t>{0x47}, le32(5), std::vector<std::uint8_t>{1},
                le64(9)}));
     CHECK(encoded(RailEnd{5}) == cat({le32(5), std::vector<std::uint8_t>{0x48}, le32(5)}));
+    CHECK(encoded(RailAwait{1, 2}) ==
+          cat({le32(13), std::vector<std::uint8_t>{0x49}, le32(1), le64(2)}));
     const std::vector<std::pair<std::uint8_t, std::string_view>> names = {
-        {0x40, "RAIL"},        {0x41, "RAILED"},     {0x42, "RAIL_GO"},
-        {0x43, "RAIL_EXPECT"}, {0x44, "RAIL_READY"}, {0x45, "RAIL_CHUNK"},
-        {0x46, "RAIL_DATA"},   {0x47, "RAIL_COUNT"}, {0x48, "RAIL_END"}};
+        {0x40, "RAIL"},       {0x41, "RAILED"},     {0x42, "RAIL_GO"},   {0x43, "RAIL_EXPECT"},
+        {0x44, "RAIL_READY"}, {0x45, "RAIL_CHUNK"}, {0x46, "RAIL_DATA"}, {0x47, "RAIL_COUNT"},
+        {0x48, "RAIL_END"},   {0x49, "RAIL_AWAIT"}};
     for (const auto& [type, name] : names) CHECK(message_name(type) == name);
-    CHECK(message_name(0x49).empty());
+    CHECK(message_name(0x4A).empty());
     // RAIL_DATA's bytes pass through connections undecoded, like PAYLOAD's and DATA's; no other
     // rail message does.
     CHECK(is_bulk(RailData::type));
-    for (std::uint8_t t = 0x40; t <= 0x48; ++t) CHECK(is_bulk(t) == (t == RailData::type));
+    for (std::uint8_t t = 0x40; t <= 0x49; ++t) CHECK(is_bulk(t) == (t == RailData::type));
   }
 
   TEST_CASE("each rail message round-trips, at its limits") {
@@ -323,14 +326,15 @@ TEST_SUITE("unit") {
         RailMake{2, RailMake::source, "a\nb", {{1, 2, 3}, {4, 5, 6}}},
         RailMade{""},
         RailMade{std::string(reason_bytes_max, 'w')},
-        RailGo{UINT32_MAX, UINT64_MAX},
+        RailGo{UINT32_MAX, UINT64_MAX, UINT8_MAX},
         RailExpect{3, 1},
         RailReady{3, UINT64_MAX},
-        RailChunk{UINT32_MAX, UINT64_MAX, UINT32_MAX, UINT64_MAX},
+        RailChunk{UINT32_MAX, UINT64_MAX, UINT32_MAX, UINT64_MAX, UINT8_MAX},
         RailData{},
         RailCount{4, RailCount::sent, 0},
         RailCount{4, RailCount::arrived, UINT64_MAX},
         RailEnd{UINT32_MAX},
+        RailAwait{UINT32_MAX, UINT64_MAX},
     };
     for (const Message& m : messages) {
       auto back = round(encoded(m));
