@@ -639,7 +639,12 @@ void Connection::broken(int code) {
       close_handle();
       return;
     case State::open:
-      fail(peer_name_ + ": connection failed: " + uv_text(code));
+      // A write refused for a reset (EPIPE once the peer's RST came, ECONNRESET as it comes) is
+      // the peer's close, as the reader names it (read_ended): a peer killed mid-write is
+      // named the same whichever side of the connection notices first (docs/failure.md).
+      fail(peer_name_ + (code == UV_EPIPE || code == UV_ECONNRESET
+                             ? ": closed its connection"
+                             : ": connection failed: " + uv_text(code)));
       return;
     case State::ending:
       close_handle();

@@ -375,6 +375,18 @@ TEST_CASE("connection: a reset while open fails both ends with the peer's close"
   CHECK(j.agent_owner.closed);
 }
 
+TEST_CASE("connection: a write refused with a broken pipe is the peer's close, not a failure") {
+  // A peer killed while a large write is under way resets the connection: the writer's next write
+  // fails with EPIPE before any read sees the end. Here the controller's side is shut for writes,
+  // so its next write (its heartbeat) is refused so.
+  Ends j;
+  j.advance(1'000);
+  j.ctl_faults->shut(Flow::out);
+  j.ctl->send(Free{3});
+  j.net.pump();
+  CHECK(j.ctl_owner.cause == "h100-a: closed its connection");
+}
+
 TEST_CASE("connection: a corrupted byte is a malformed message, named by the end that read it") {
   Ends j;
   // The type byte of the controller's next frame, its first heartbeat: 0x01 becomes 0x7f.
