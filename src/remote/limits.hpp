@@ -109,6 +109,16 @@ inline constexpr std::int64_t staging_idle_release_ms = 1000;
 // waits for its connection's next write, or for its loop to go idle, before it goes in a write of
 // its own: long enough that a busy pipeline's counts go a few hundred at a time, short enough that
 // the controller's view of such a rail is never more than this behind.
+// How often a connection whose socket host code reads (ReadLane) looks at it: readers' bytes
+// count as heard, the rounds they took are reported (so at most this late), and the loop reads
+// again where bytes wait with no reader. One libuv timer tick.
+inline constexpr std::uint64_t read_lane_watch_ms = 1;
+// What host code reading a rail's rounds off its socket reads at once (beyond a body it places
+// straight): a few small rounds, and little to copy out of a large one.
+inline constexpr std::size_t read_lane_read_bytes = 16 * 1024;
+// How long host code reading a rail's rounds off its socket looks for the next bytes before it
+// sleeps in poll(): as long as a loop polls after activity (loop_spin_us_default).
+inline constexpr std::uint64_t read_lane_spin_ns = 100'000;
 inline constexpr std::uint64_t idle_work_delay_us = 500;
 
 // A job process whose job failed exits (its devices are lost), but first gives host code that was

@@ -23,6 +23,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "http_get.hpp"
 #include "rig/program.hpp"
 #include "rig/remote.hpp"
 #include "rig/rig.hpp"
@@ -232,6 +235,19 @@ TEST_CASE("rail() refuses what cannot be a rail, with the reason, and sends noth
   CHECK_THROWS_WITH_AS(r->go(), "rig: go() of rail 1: the job has closed", std::invalid_argument);
 }
 
+namespace {
+
+// rail_wait_raised, run on `r`'s machine, woke and logged both counts raised and no round started.
+void check_host_code_saw_raised(Rigd& r) {
+  const auto line = r.p->err_until("rail_wait_raised: ", 5000);
+  REQUIRE(line.has_value());
+  CHECK(
+      line->find("rail_wait_raised: arrived 18446744073709551615 sent 18446744073709551615 go 0") !=
+      std::string::npos);
+}
+
+}  // namespace
+
 TEST_CASE("kill -9 of the destination mid-round fails the job; every count, every waiter") {
   rig::test::ScaledTiming scaled;
   const auto key = rig::test::make_key_file("rail-kill");
@@ -283,11 +299,7 @@ TEST_CASE("kill -9 of the destination mid-round fails the job; every count, ever
   CHECK_THROWS_AS(rail->go(), rig::Lost);
   CHECK_THROWS_AS(rail->wait_sent(1), rig::Lost);
   // The host code woke, saw both counts raised, and could start no round.
-  const auto line = a.p->err_until("rail_wait_raised: ", 5000);
-  REQUIRE(line.has_value());
-  CHECK(
-      line->find("rail_wait_raised: arrived 18446744073709551615 sent 18446744073709551615 go 0") !=
-      std::string::npos);
+  check_host_code_saw_raised(a);
   job.close();
 }
 
@@ -529,9 +541,27 @@ std::pair<std::uint64_t, std::uint64_t> tcp_bytes_to(const std::vector<int>& por
   return {received, sent};
 }
 
+// The port of the --metrics endpoint of `r`, started with "--metrics 127.0.0.1:0": the line rigd
+// prints after its listening line.
+int metrics_port(Rigd& r) {
+  const auto line = r.p->line();
+  REQUIRE_MESSAGE(line.has_value(), "rigd printed no metrics line");
+  REQUIRE(line->starts_with("metrics 127.0.0.1:"));
+  return std::stoi(line->substr(line->rfind(':') + 1));
+}
+
+// rigd's /status: the work of its jobs.
+nlohmann::json work_of(int port) {
+  auto r = rig::cli::http_get("127.0.0.1", port, "/status", 10'000);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error()));
+  REQUIRE(r->status == 200);
+  return nlohmann::json::parse(r->body)["work"];
+}
+
 void pipeline_test(std::uint64_t rounds, std::size_t bytes) {
   const auto key = rig::test::make_key_file("rail-pipeline-count");
-  Rigd a(key), b(key);
+  Rigd a(key, {"--metrics", "127.0.0.1:0"}), b(key, {"--metrics", "127.0.0.1:0"});
+  const int metrics_a = metrics_port(a), metrics_b = metrics_port(b);
   auto job = rig::test::start_job(key, {&a, &b});
   const rig::Device& ha = job.hosts()[0];
   const rig::Device& hb = job.hosts()[1];
@@ -590,6 +620,19 @@ void pipeline_test(std::uint64_t rounds, std::size_t bytes) {
                  << received << " B and sent " << sent << " B on its connections");
   CHECK(received < rail_bytes / 20);
   CHECK(sent < rail_bytes / 1000);
+  // Host code waiting for each round read most of them off the connection itself (the read lane:
+  // docs/rails.md), not the agent's loop. A round whose wait began after it had arrived, or that
+  // came while the socket was the loop's, the loop read: host code on a loaded machine (a
+  // sanitizer's build beside other tests) is often not waiting when its round comes.
+  for (const int port : {metrics_a, metrics_b}) {
+    const auto work = work_of(port);
+    const std::uint64_t arrived = work["rail_rounds_arrived"];
+    const std::uint64_t host_read = work["rail_rounds_host_read"];
+    MESSAGE("agent of metrics port " << port << ": " << host_read << " of " << arrived
+                                     << " rounds read by host code itself");
+    CHECK(arrived == rounds);
+    CHECK(host_read > (sanitized ? 0 : rounds / 2));
+  }
   // The controller's counts followed, and the rails are host code's now.
   CHECK(there->arrived() == rounds);
   CHECK(back->sent() == rounds);
@@ -736,21 +779,53 @@ std::string agent_cause(Rigd& a, int n) {
 
 }  // namespace
 
+// Two agents on scaled times (1 s of silence instead of 10 s) in one job, and a rail of `n` bytes
+// from A's host memory to B's.
+struct ScaledRail {
+  ScaledRail(const std::string& tag, std::size_t n)
+      : key(rig::test::make_key_file(tag)),
+        a(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)}),
+        b(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)}),
+        job(rig::test::start_job(key, {&a, &b})),
+        src(rig::Buffer::make(job.hosts()[0], n)),
+        dst(rig::Buffer::make(job.hosts()[1], n)) {
+    Transfer t{src, 0, dst, 0, n};
+    auto made = rig::remote::rail(std::span(&t, 1));
+    REQUIRE(made.ok());
+    rail = std::move(*made);
+  }
+  rig::test::ScaledTiming scaled;
+  std::string key;
+  Rigd a, b;
+  rig::test::ScopedJob job;
+  rig::Buffer src, dst;
+  rig::remote::Rail rail;
+};
+
+// SIGSTOP of `victim`'s job process until the job has failed: the controller's cause and how long
+// after the stop it came. The victim stays stopped for a pause it can tell (paused_ms_min, 1 s, is
+// not scaled): resumed, it reads the aborts that came meanwhile before it judges anyone's silence
+// (docs/failure.md).
+std::pair<std::string, double> stop_for_a_while(Rigd& victim, rig::test::ScopedJob& job) {
+  const pid_t stopped = victim.job_pid(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(kill(stopped, SIGSTOP) == 0);
+  const auto cause = rig::test::wait_for_failure(job, t0, 5.0 * rig::test::sanitizer_slowdown);
+  const double detected = rig::test::seconds_since(t0);
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(1250));
+  kill(stopped, SIGCONT);
+  REQUIRE(cause.has_value());
+  return {*cause, detected};
+}
+
 TEST_CASE("SIGSTOP of the destination mid-round: every process's cause is its silence") {
-  rig::test::ScaledTiming scaled;  // 1 s of silence instead of 10 s
-  const auto key = rig::test::make_key_file("rail-stop");
-  Rigd a(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
-  Rigd b(key, {"--test-timing-divisor", std::to_string(rig::test::scaled_divisor)});
-  auto job = rig::test::start_job(key, {&a, &b});
-  const rig::Device& ha = job.hosts()[0];
-  const rig::Device& hb = job.hosts()[1];
-  const std::size_t n = std::size_t{64} << 20;
-  rig::Buffer src = rig::Buffer::make(ha, n), dst = rig::Buffer::make(hb, n);
-  Transfer t{src, 0, dst, 0, n};
-  auto rail = rig::remote::rail(std::span(&t, 1));
-  REQUIRE(rail.ok());
+  ScaledRail s("rail-stop", std::size_t{64} << 20);
+  Rigd& a = s.a;
+  Rigd& b = s.b;
+  auto& job = s.job;
+  auto* rail = &s.rail;
   std::atomic<int> woke{0};
-  rig::test::JobWaiters waiters(ha);
+  rig::test::JobWaiters waiters(job.hosts()[0]);
   for (int i = 0; i < 4; ++i) {
     waiters.threads.emplace_back([&, i] {
       try {
@@ -763,23 +838,14 @@ TEST_CASE("SIGSTOP of the destination mid-round: every process's cause is its si
       }
     });
   }
-  const pid_t stopped = b.job_pid(1);
   rail->go();
   rail->go();
-  const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(kill(stopped, SIGSTOP) == 0);
-  const auto cause = rig::test::wait_for_failure(job, t0, 5.0 * rig::test::sanitizer_slowdown);
-  const double detected = rig::test::seconds_since(t0);
-  // B stays stopped for a pause it can tell (paused_ms_min, 1 s, is not scaled): resumed, it reads
-  // the aborts that came meanwhile before it judges anyone's silence (docs/failure.md).
-  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(1250));
-  kill(stopped, SIGCONT);
-  REQUIRE(cause.has_value());
+  const auto [cause, detected] = stop_for_a_while(b, job);
   // B's silence, found here or by A, which aborts with it: both end 1 s after B's last byte.
   const std::string silence = b.name() + ": sent nothing for 1 s";
-  const bool controller_ok = *cause == silence || *cause == a.name() + " aborted: " + silence;
-  CHECK_MESSAGE(controller_ok, *cause);
-  MESSAGE("SIGSTOP of the destination: the controller's cause '" << *cause << "' after " << detected
+  const bool controller_ok = cause == silence || cause == a.name() + " aborted: " + silence;
+  CHECK_MESSAGE(controller_ok, cause);
+  MESSAGE("SIGSTOP of the destination: the controller's cause '" << cause << "' after " << detected
                                                                  << " s");
   CHECK(detected >= 0.9);
   CHECK(detected < 1.0 + 0.3 * rig::test::sanitizer_slowdown);
@@ -805,6 +871,34 @@ TEST_CASE("SIGSTOP of the destination mid-round: every process's cause is its si
                      cause_b.ends_with(silence)) ||
                     cause_b == a.name() + ": closed its connection";
   CHECK_MESSAGE(b_ok, cause_b);
+}
+
+// Host code at a rail's destination that waits for a round reads the connection itself (the read
+// lane), asleep in poll() on it: the loop still judges the source's silence, and wakes the reader.
+TEST_CASE("SIGSTOP of a source while host code at the destination reads the link: on time, woken") {
+  ScaledRail s("rail-stop-reader", 8);
+  Rigd& a = s.a;
+  Rigd& b = s.b;
+  auto& job = s.job;
+  const rig::Device& hb = job.hosts()[1];
+  auto image = rig::load(hb, rig::test::test_kernels());
+  REQUIRE(image.ok());
+  rig::submit(hb, rig::Run{*image, "rail_wait_raised", rig::Shape{}, {rig::Arg::rail(s.rail)}});
+  REQUIRE(b.p->err_until("rail_wait_raised: waiting", 5000).has_value());
+  // Heartbeats come and go meanwhile (each gives the link back to B's loop, which lends it again).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto [cause, detected] = stop_for_a_while(a, job);
+  const std::string silence = a.name() + ": sent nothing for 1 s";
+  CHECK_MESSAGE((cause == silence || cause == b.name() + " aborted: " + silence), cause);
+  MESSAGE("SIGSTOP of the source: the controller's cause '" << cause << "' after " << detected
+                                                            << " s");
+  CHECK(detected >= 0.9);
+  CHECK(detected < 1.0 + 0.3 * rig::test::sanitizer_slowdown);
+  // The reader woke, saw both counts raised, and could start no round.
+  check_host_code_saw_raised(b);
+  job.close();
+  const std::string cause_b = agent_cause(b, 1);
+  CHECK_MESSAGE((cause_b == silence || cause_b == "controller aborted: " + silence), cause_b);
 }
 
 TEST_CASE("a child of fork sees its parent's rails raised and lost; the parent's rail goes on") {

@@ -84,6 +84,7 @@ void add_work(const JobPage& page, auto& into) {
   into.rail_bytes_sent += w.rail_bytes_sent.load(std::memory_order_relaxed);
   into.rail_rounds_arrived += w.rail_rounds_arrived.load(std::memory_order_relaxed);
   into.rail_bytes_arrived += w.rail_bytes_arrived.load(std::memory_order_relaxed);
+  into.rail_rounds_host_read += w.rail_rounds_host_read.load(std::memory_order_relaxed);
 }
 
 std::int64_t steady_ms_now() {
@@ -317,6 +318,10 @@ std::string Metrics::prometheus_text() const {
      "direction", {{"sent", s.work.rail_rounds_sent}, {"arrived", s.work.rail_rounds_arrived}});
   by("rig_rail_bytes_total", "The bytes of those rail rounds.", "direction",
      {{"sent", s.work.rail_bytes_sent}, {"arrived", s.work.rail_bytes_arrived}});
+  single("rig_rail_rounds_host_read_total", "counter",
+         "Of the rail rounds that arrived here, those that host code waiting for them read off the "
+         "connection itself, not the agent's loop.",
+         s.work.rail_rounds_host_read);
   // While a job is served: how long since its peers of each role last sent anything (a heartbeat
   // comes every second; the silence rule fails the job at 10 s).
   const std::int64_t now = steady_ms_now();
@@ -389,7 +394,8 @@ std::string Metrics::status_json() const {
                {"rail_rounds_sent", s.work.rail_rounds_sent},
                {"rail_bytes_sent", s.work.rail_bytes_sent},
                {"rail_rounds_arrived", s.work.rail_rounds_arrived},
-               {"rail_bytes_arrived", s.work.rail_bytes_arrived}};
+               {"rail_bytes_arrived", s.work.rail_bytes_arrived},
+               {"rail_rounds_host_read", s.work.rail_rounds_host_read}};
   for (std::size_t r = 0; r < role_labels.size(); ++r) {
     j["traffic"][std::string(role_labels[r])] = {
         {"sent_bytes", s.traffic[r].sent_bytes},

@@ -104,7 +104,8 @@ class Metrics {
     std::uint64_t handshakes_wrong_key = 0, handshakes_malformed = 0, handshakes_timed_out = 0,
                   connections_refused = 0;
     std::uint64_t submissions = 0, copies = 0, copy_bytes = 0, rail_rounds_sent = 0,
-                  rail_bytes_sent = 0, rail_rounds_arrived = 0, rail_bytes_arrived = 0;
+                  rail_bytes_sent = 0, rail_rounds_arrived = 0, rail_bytes_arrived = 0,
+                  rail_rounds_host_read = 0;
   };
   struct Snapshot {
     std::uint64_t job = 0;  // the job process's job, 0 before the first

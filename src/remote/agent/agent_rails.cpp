@@ -110,7 +110,19 @@ std::uint64_t rail_go(rig_rail* r) noexcept {
 
 std::uint64_t rail_wait(rig_rail* r, int which, std::uint64_t round) noexcept {
   const auto* word = reinterpret_cast<const RailWord*>(which == 0 ? r->sent : r->arrived);
-  return word->wait(round);
+  if (which == 0 || r->is_source != 0 || word->get() >= round) return word->wait(round);
+  // A destination's arrival: read it off the link, if the loop lends the socket (ReadLane).
+  auto* h = static_cast<HostRecord*>(r->context);
+  std::shared_ptr<ReadLane> lane;
+  std::uint32_t id = 0;
+  h->busy.fetch_add(1, std::memory_order_seq_cst);
+  if (h->live.load(std::memory_order_seq_cst) != 0) {
+    lane = h->held->read_lane;
+    id = h->rail;
+  }
+  h->busy.fetch_sub(1, std::memory_order_seq_cst);
+  if (!lane) return word->wait(round);
+  return Rails::wait_reading(*word, *lane, id, round);
 }
 
 }  // namespace
@@ -257,6 +269,8 @@ void AgentRails::make(const RailMake& m, const std::map<std::uint64_t, Buffer>& 
   }
   HeldRail& rail = *rails_.find(m.rail);
   rail.source_waits = !source && link == controller_;
+  // Host code on this machine may wait for the rounds another agent sends it.
+  if (!source && link != controller_) rails_.let_host_read(rail);
   std::vector<std::uint64_t> ids;
   for (const WireRailPart& p : m.parts) ids.push_back(p.memory);
   memory_of_[m.rail] = std::move(ids);

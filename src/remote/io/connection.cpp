@@ -568,6 +568,93 @@ void Connection::open_lane() noexcept {
   release_lane_if_idle();
 }
 
+std::shared_ptr<ReadLane> Connection::read_lane() {
+  if (!read_lane_ && handle_open_ && state_ == State::open) {
+    read_lane_ = ReadLane::open(transport_->native_fd(), reactor_, counted(handshake_), this);
+    // The lane outlives this, but calls back only while its connection_ is set (until close).
+    if (read_lane_) read_lane_->on_back([this] { on_read_lane_back(); });
+  }
+  return read_lane_;
+}
+
+bool Connection::lend_reads(std::uint64_t key, std::shared_ptr<void> holder) {
+  // Only at a frame's boundary, with nothing of the peer's bytes held here: the reader starts at
+  // the socket's next byte, which begins a frame.
+  if (!read_lane_ || reads_lent_ || state_ != State::open || !handle_open_ || !sink_.empty() ||
+      reads_yielded_ || decoder_.buffered_bytes() != 0) {
+    return false;
+  }
+  transport_->read_stop();
+  reads_lent_ = true;
+  read_lane_->lend(key, std::move(holder));
+  arm_read_watch();
+  return true;
+}
+
+void Connection::arm_read_watch() {
+  if (read_watch_armed_) return;
+  read_watch_armed_ = true;
+  reactor_.after_ms(read_lane_watch_ms, [self = self_] {
+    if (Connection* c = *self) {
+      c->read_watch_armed_ = false;
+      guard([&] { c->watch_reads(); }, [c](const std::string& what) { c->thrown(what); });
+    }
+  });
+}
+
+void Connection::watch_reads() {
+  if (!read_lane_) return;
+  if (read_lane_->take_bytes_read() > 0) liveness_.received(reactor_.now_ms());
+  // The owner reports what readers took: here, at most read_lane_watch_ms late, and not at every
+  // return of the lane, whose report would ride in front of the next round the other way and send
+  // the peer's lane back in turn, round after round.
+  if (read_lane_watch_) read_lane_watch_();
+  if (!reads_lent_) return;
+  // Frames readers passed on: handled here as if read now. The decoder holds nothing while the
+  // socket is lent, and they are whole.
+  Bytes deferred;
+  read_lane_->take_deferred(deferred);
+  if (!deferred.empty() && state_ == State::open) {
+    decoder_.feed(deferred);
+    frame_bytes();
+    if (!reads_lent_ || !read_lane_) return;
+  }
+  const ReadLane::State st = read_lane_->state();
+  // Bytes wait and nobody reads them (host code is not waiting now), or a reader gave the lane
+  // back and its post found no memory: the loop reads on.
+  if (st == ReadLane::State::returning ||
+      (st == ReadLane::State::lent &&
+       (read_lane_->holds_bytes() || transport_->unread_bytes() > 0))) {
+    take_reads_back();
+  }
+  if (reads_lent_) arm_read_watch();
+}
+
+void Connection::take_reads_back() {
+  if (!reads_lent_) return;
+  Bytes left;
+  if (read_lane_->take_back(left)) reads_back(std::move(left));
+}
+
+void Connection::on_read_lane_back() noexcept {
+  guard([&] { take_reads_back(); }, [this](const std::string& what) { thrown(what); });
+}
+
+void Connection::reads_back(Bytes left) {
+  reads_lent_ = false;
+  if (read_lane_->take_bytes_read() > 0) liveness_.received(reactor_.now_ms());
+  // What readers took is reported by the watch's next look (or by the owner's own handling of
+  // the frames that follow).
+  arm_read_watch();
+  if (!handle_open_ || (state_ != State::open && state_ != State::ending)) return;
+  const int rc = transport_->read_start();
+  if (rc != 0) return fail(peer_name_ + ": cannot read: " + uv_text(rc));
+  if (state_ == State::open && !left.empty()) {
+    decoder_.feed(left);
+    frame_bytes();
+  }
+}
+
 void Connection::on_posted_rest(Bytes rest) noexcept {
   guard([&] { write_rest(std::move(rest)); }, [this](const std::string& what) { thrown(what); });
 }
@@ -665,6 +752,7 @@ std::size_t Connection::backlog_bytes() const noexcept {
 void Connection::tick(std::int64_t now) {
   if (!transport_) return;  // not dialed or adopted yet
   liveness_.ticked(now);
+  if (reads_lent_ && read_lane_->take_bytes_read() > 0) liveness_.received(now);
   switch (state_) {
     case State::connecting:
     case State::handshaking:
@@ -770,6 +858,18 @@ void Connection::end(const std::optional<Message>& final_message) {
   ended_ms_ = reactor_.now_ms();
   // No caller writes from now on; one whose rest is due gets it written, before the final message.
   if (lane_) lane_->close(true);
+  // The drain reads here: a reader gives the socket back, and what it left goes unread, as what
+  // arrives from now on does.
+  if (reads_lent_) {
+    Bytes left;
+    if (read_lane_->take_back(left)) {
+      reads_lent_ = false;
+      if (transport_->read_start() != 0) {
+        close_handle();
+        return;
+      }
+    }
+  }
   if (was_open && !final_message && holds_news()) {
     flush_lazy();
     if (state_ != State::open) return;  // the write failed and closed the connection
@@ -822,6 +922,11 @@ void Connection::close_handle() {
   if (!handle_open_) return;
   handle_open_ = false;
   if (lane_) lane_->close(false);
+  if (read_lane_) {
+    read_lane_->close();
+    read_lane_.reset();
+    reads_lent_ = false;
+  }
   // What waited behind a caller's rest goes nowhere now; its owners learn it is done.
   while (!deferred_.empty()) {
     Deferred d = std::move(deferred_.front());

@@ -18,6 +18,7 @@
 #include "remote/io/direct_lane.hpp"
 #include "remote/io/liveness.hpp"
 #include "remote/io/reactor.hpp"
+#include "remote/io/read_lane.hpp"
 #include "remote/io/timing.hpp"
 #include "remote/io/transport.hpp"
 #include "remote/trust/handshake.hpp"
@@ -174,6 +175,20 @@ class Connection final : private TransportEvents {
   // to queue a message whose place among the callers' must be fixed first).
   void hold_lane() noexcept { (void)claim_lane(); }
 
+  // The lane through which a reader on another thread may read this connection's socket
+  // (read_lane.hpp): made at the first call, over a socket only (null otherwise, or once closed).
+  std::shared_ptr<ReadLane> read_lane();
+  // Lends the socket to the lane's readers of `key` (`holder` kept alive meanwhile), if nothing of
+  // it is half read here: reading stops until the lane comes back, at the first frame a reader
+  // does not take, or at the watch's first look (every read_lane_watch_ms) that finds bytes
+  // waiting and no reader. Whether it was lent. Loop thread.
+  bool lend_reads(std::uint64_t key, std::shared_ptr<void> holder);
+  // Runs at every look of the watch: while the socket is lent, and once after it came back. The
+  // owner reports what the readers took.
+  void on_read_lane_watch(std::function<void()> fn) { read_lane_watch_ = std::move(fn); }
+  // A reader gave the lane back (posted by the lane).
+  void on_read_lane_back() noexcept;
+
   // Opaque per-connection data for the owner (an index, a role).
   std::uint64_t tag = 0;
 
@@ -239,6 +254,14 @@ class Connection final : private TransportEvents {
   void broken(int uv_code);  // a write or read error, reported as the state calls for
   void drain_check(std::int64_t now_ms);
   void close_handle();
+  // The lent socket's watch: readers' bytes for liveness, the owner's look, and the lane taken
+  // back if bytes wait with no reader.
+  void watch_reads();
+  void arm_read_watch();  // the watch's next look, unless one is due already
+  // Takes the socket back from the lane now, or once its reader gives it back.
+  void take_reads_back();
+  // The lane is back with `left` (bytes its readers read and did not take): reading goes on.
+  void reads_back(Bytes left);
 
   Reactor& reactor_;
   ConnectionOwner& owner_;
@@ -288,6 +311,10 @@ class Connection final : private TransportEvents {
   bool handle_open_ = false;  // a transport is there and not yet closing
   std::function<void(bool)> sending_watch_;
   std::shared_ptr<DirectLane> lane_;
+  std::shared_ptr<ReadLane> read_lane_;
+  bool reads_lent_ = false;  // the read lane has the socket: the transport is not reading
+  bool read_watch_armed_ = false;
+  std::function<void()> read_lane_watch_;
   // Writes that came while a caller's rest was due, in order, each with what was held before it.
   struct Deferred {
     Bytes lazy;

@@ -40,6 +40,8 @@ Reactor::Reactor(const Clock& clock, std::int64_t tick_ms)
   async_.data = this;
   check_uv(uv_timer_init(&loop_, &tick_), "uv_timer_init");
   tick_.data = this;
+  check_uv(uv_timer_init(&loop_, &later_), "uv_timer_init");
+  later_.data = this;
   check_uv(uv_idle_init(&loop_, &spin_), "uv_idle_init");
   spin_.data = this;
   check_uv(uv_idle_init(&loop_, &soon_idle_), "uv_idle_init");
@@ -60,6 +62,7 @@ Reactor::~Reactor() {
   if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&async_))) {
     uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&later_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&soon_idle_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&idle_check_), nullptr);
@@ -106,6 +109,7 @@ void Reactor::stop() noexcept {
   }
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&later_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&soon_idle_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&idle_check_), nullptr);
@@ -114,6 +118,7 @@ void Reactor::stop() noexcept {
   soon_.clear();
   turn_end_work_.clear();
   idle_work_.clear();
+  later_work_.clear();
 }
 
 void Reactor::note_activity() noexcept {
@@ -304,6 +309,42 @@ void Reactor::drain_commands() {
 
 void Reactor::on_async(uv_async_t* handle) noexcept {
   static_cast<Reactor*>(handle->data)->drain_commands();
+}
+
+void Reactor::after_ms(std::uint64_t ms, std::function<void()> fn) {
+  if (stopping_) return;
+  later_work_.push_back({uv_now(&loop_) + std::max<std::uint64_t>(ms, 1), std::move(fn)});
+  arm_later();
+}
+
+void Reactor::arm_later() {
+  if (later_work_.empty()) {
+    uv_timer_stop(&later_);
+    return;
+  }
+  std::uint64_t due = later_work_.front().due_ms;
+  for (const Later& l : later_work_) due = std::min(due, l.due_ms);
+  const std::uint64_t now = uv_now(&loop_);
+  (void)uv_timer_start(&later_, on_later, due > now ? due - now : 0, 0);
+}
+
+void Reactor::on_later(uv_timer_t* handle) noexcept {
+  auto* r = static_cast<Reactor*>(handle->data);
+  const std::uint64_t now = uv_now(&r->loop_);
+  std::vector<Later> due;
+  for (auto it = r->later_work_.begin(); it != r->later_work_.end();) {
+    if (it->due_ms <= now) {
+      due.push_back(std::move(*it));
+      it = r->later_work_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (Later& l : due) {
+    if (r->stopping_) return;
+    l.fn();
+  }
+  if (!r->stopping_) r->arm_later();
 }
 
 void Reactor::on_tick(uv_timer_t* handle) noexcept {

@@ -95,6 +95,11 @@ class Reactor {
   // does this itself; a test that drives a reactor by hand, with no loop (so always as good as
   // idle), calls it between its steps. Loop thread.
   bool run_soon();
+  // Runs `fn` once `ms` (of the loop's clock, 1 ms at least) have passed: for work that must follow
+  // within a bound while the loop may sleep throughout (a connection's watch on a socket it has
+  // lent to another thread: Connection::lend_reads). `fn` must not throw. Dropped if the reactor
+  // stops first. Loop thread.
+  void after_ms(std::uint64_t ms, std::function<void()> fn);
 
   // Whether the caller is on the loop thread.
   bool on_loop_thread() const noexcept;
@@ -114,6 +119,8 @@ class Reactor {
  private:
   static void on_async(uv_async_t* handle) noexcept;
   static void on_tick(uv_timer_t* handle) noexcept;
+  static void on_later(uv_timer_t* handle) noexcept;
+  void arm_later();
   static void on_spin(uv_idle_t* handle) noexcept;
   static void on_soon(uv_idle_t* handle) noexcept;
   static void on_prepare(uv_prepare_t* handle) noexcept;
@@ -127,6 +134,12 @@ class Reactor {
   uv_loop_t loop_{};
   uv_async_t async_{};
   uv_timer_t tick_{};
+  uv_timer_t later_{};  // active while later_work_ holds work, for its earliest
+  struct Later {
+    std::uint64_t due_ms;  // uv_now()
+    std::function<void()> fn;
+  };
+  std::vector<Later> later_work_;
   uv_idle_t spin_{};  // active while the loop polls after activity: libuv then polls, never sleeps
   std::uint64_t spin_ns_;           // how long it polls after activity (0: never)
   std::int64_t spin_until_ns_ = 0;  // rig::detail::steady_ns() at which the polling stops

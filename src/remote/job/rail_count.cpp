@@ -71,6 +71,25 @@ std::uint64_t RailWord::wait(std::uint64_t v) const noexcept {
   }
 }
 
+std::uint64_t RailWord::wait_moved(std::uint64_t v, std::uint32_t seen) const noexcept {
+  std::uint64_t now = get();
+  const auto moved = [&] {
+    now = get();
+    return now >= v || seq.load(std::memory_order_seq_cst) != seen;
+  };
+  if (moved() || rig::detail::spin_for(rig::detail::wait_spin_ns, moved)) return now;
+  auto& self = const_cast<RailWord&>(*this);
+  self.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (get() < v) futex_wait(&seq, seen);
+  self.sleepers.fetch_sub(1, std::memory_order_relaxed);
+  return get();
+}
+
+void RailWord::nudge() noexcept {
+  seq.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&seq);
+}
+
 std::optional<RailCounts> RailCounts::take() noexcept {
   static const bool child_raises = [] {
     pthread_atfork(nullptr, nullptr, raise_in_child);

@@ -27,6 +27,12 @@ struct RailWord {
   // Returns once the word has reached `v` (spinning briefly, then sleeping): the value then seen.
   // A raised word has reached every value.
   std::uint64_t wait(std::uint64_t v) const noexcept;
+  // Returns once the word has reached `v` or `seq` has moved past `seen` (a publish, or a nudge):
+  // the value then seen, maybe below `v`.
+  std::uint64_t wait_moved(std::uint64_t v, std::uint32_t seen) const noexcept;
+  // Wakes sleepers without a change of value: something else they wait for has come (a read
+  // lane lent to them).
+  void nudge() noexcept;
 };
 
 // Both counts of one rail at one process, two words of the table. Owner: the rail as this process

@@ -16,6 +16,18 @@ namespace rig::remote {
 
 namespace {
 
+// `n` more bytes of the destination's next round are in place: whether that was the round's last.
+bool round_placed(HeldRail& rail, std::uint64_t n) {
+  rail.due_offset += n;
+  if (rail.due_offset == rail.parts[rail.due_part].size()) {
+    ++rail.due_part;
+    rail.due_offset = 0;
+  }
+  if (rail.due_part < rail.parts.size()) return false;
+  rail.due_part = 0;
+  return true;
+}
+
 // The bytes one round of `rail` moves: every transfer's.
 std::uint64_t round_bytes(const HeldRail& rail) {
   std::uint64_t n = 0;
@@ -386,27 +398,165 @@ void Rails::on_data(Connection& from, std::size_t bytes, const std::uint8_t* at)
                          " of rail " + std::to_string(rail.id) + " were due");
   }
   if (at != nullptr) std::memcpy(part.data() + rail.due_offset, at, bytes);
-  rail.due_offset += bytes;
-  if (rail.due_offset == part.size()) {
-    ++rail.due_part;
-    rail.due_offset = 0;
-  }
-  if (rail.due_part < rail.parts.size()) return;
-  rail.due_part = 0;
+  if (!round_placed(rail, bytes)) return;
   // The round is in place: the word says so with release order, so a waiter that sees it sees
   // the bytes. Its sources were all read before its last byte left.
   rail.counts->arrive(in.round);
-  WorkCounters::add(&WorkCounters::rail_rounds_arrived, 1);
-  WorkCounters::add(&WorkCounters::rail_bytes_arrived, round_bytes(rail));
+  report_arrival(rail, in.round);
+}
+
+void Rails::report_arrival(HeldRail& rail, std::uint64_t round) {
+  if (round <= rail.reported) return;
+  WorkCounters::add(&WorkCounters::rail_rounds_arrived, round - rail.reported);
+  WorkCounters::add(&WorkCounters::rail_bytes_arrived, (round - rail.reported) * round_bytes(rail));
+  rail.reported = round;
   if (rail.link->state() == Connection::State::open) {
-    const RailCount count{rail.id, RailCount::arrived, in.round};
-    if (rail.source_waits || in.round <= rail.driven) {
+    // One count says every round before it arrived too.
+    const RailCount count{rail.id, RailCount::arrived, round};
+    if (rail.source_waits || round <= rail.driven) {
       rail.link->send_soon(count);
     } else {
       rail.link->send_lazy(count);
     }
   }
-  if (events_.arrived) events_.arrived(rail, in.round);
+  if (events_.arrived) events_.arrived(rail, round);
+}
+
+void Rails::let_host_read(HeldRail& rail) {
+  if (rail.source || rail.read_lane) return;
+  rail.read_lane = rail.link->read_lane();
+  if (!rail.read_lane || !lane_links_.insert(rail.link).second) return;
+  Connection* link = rail.link;
+  rail.read_lane->on_request([self = self_](std::uint64_t id) {
+    if (Rails* rails = *self; rails != nullptr && id <= UINT32_MAX) {
+      guard([&] { rails->lend(static_cast<std::uint32_t>(id)); },
+            [&](const std::string& what) { rails->events_.fail(what); });
+    }
+  });
+  link->on_read_lane_watch([self = self_, link] {
+    if (Rails* rails = *self) rails->readers_took(*link);
+  });
+}
+
+void Rails::lend(std::uint32_t id) {
+  auto it = held_.find(id);
+  if (raised_ || it == held_.end()) return;
+  HeldRail& rail = *it->second;
+  // Not while the link's next frame is this rail's RAIL_DATA, which the loop reads.
+  if (rail.source || !rail.read_lane || incoming_.count(rail.link) != 0) return;
+  if (rail.read_lane->connection() != rail.link) return;  // the connection has closed
+  if (!rail.link->lend_reads(id, it->second)) return;
+  // Readers asleep on the count look again, and find the lane lent.
+  rail.counts->arrived().nudge();
+}
+
+void Rails::readers_took(Connection& link) {
+  if (raised_) return;
+  for (auto& [id, rail] : held_) {
+    if (rail->source || rail->link != &link || !rail->read_lane) continue;
+    const std::uint64_t arrived = rail->counts->arrived().get();
+    if (arrived != rail_count_raised) report_arrival(*rail, arrived);
+  }
+}
+
+std::uint64_t Rails::wait_reading(const RailWord& word, ReadLane& lane, std::uint32_t id,
+                                  std::uint64_t round) noexcept {
+  for (;;) {
+    const std::uint64_t now = word.get();
+    if (now >= round) return now;
+    if (void* holder = lane.claim(id)) {
+      read_rounds(*static_cast<HeldRail*>(holder), lane, round);
+      continue;
+    }
+    const std::uint32_t seen = word.seq.load(std::memory_order_seq_cst);
+    lane.request(id);
+    (void)word.wait_moved(round, seen);
+  }
+}
+
+namespace {
+
+std::uint32_t load_le32(const std::uint8_t* p) {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+}  // namespace
+
+void Rails::read_rounds(HeldRail& rail, ReadLane& lane, std::uint64_t round) noexcept {
+  // Only what is surely the rail's next bytes is taken here; anything else, malformed included,
+  // goes back to the loop untouched, which handles it (and names what is wrong) as ever.
+  bool give_back = false;
+  try {
+    for (;;) {
+      const std::uint64_t arrived = rail.counts->arrived().get();
+      if (arrived >= round) break;  // a raised count too
+      const std::uint8_t* p = lane.data();
+      const std::size_t have = lane.size();
+      if (have >= rail_count_frame_bytes && p[frame_length_field_bytes] == RailCount::type &&
+          frame_length_field_bytes + load_le32(p) == rail_count_frame_bytes) {
+        // The other end's count of a rail this end sends on: the loop's, and it may wait for the
+        // loop's next look (within read_lane_watch_ms). Each end's count rides in front of its
+        // next round, so giving the lane back for it would cost a hand-over every round.
+        lane.defer(rail_count_frame_bytes);
+        continue;
+      }
+      if (have >= frame_header_bytes) {
+        if (p[frame_length_field_bytes] != RailChunk::type ||
+            frame_length_field_bytes + load_le32(p) != rail_chunk_frame_bytes) {
+          give_back = true;
+          break;
+        }
+      }
+      if (have < rail_chunk_frame_bytes + frame_header_bytes) {
+        if (lane.read_more(read_lane_read_bytes) != ReadLane::Read::bytes) {
+          give_back = true;
+          break;
+        }
+        continue;
+      }
+      const auto message = decode(Frame{
+          RailChunk::type, {p + frame_header_bytes, rail_chunk_frame_bytes - frame_header_bytes}});
+      const auto* chunk = message ? std::get_if<RailChunk>(&*message) : nullptr;
+      const std::uint8_t* data = p + rail_chunk_frame_bytes;
+      const std::uint32_t data_length = load_le32(data);
+      if (chunk == nullptr || chunk->rail != rail.id || chunk->driven != 0 ||
+          chunk->round != arrived + 1 || chunk->part != rail.due_part ||
+          chunk->offset != rail.due_offset || data[frame_length_field_bytes] != RailData::type ||
+          data_length < 2) {
+        give_back = true;
+        break;
+      }
+      const std::span<std::byte> part = rail.parts[rail.due_part];
+      const std::size_t n = data_length - 1;
+      if (n > part.size() - rail.due_offset) {
+        give_back = true;
+        break;
+      }
+      lane.consume(rail_chunk_frame_bytes + frame_header_bytes);
+      auto* to = reinterpret_cast<std::uint8_t*>(part.data()) + rail.due_offset;
+      std::size_t placed = std::min(n, lane.size());
+      std::memcpy(to, lane.data(), placed);
+      lane.consume(placed);
+      while (placed < n) {
+        std::size_t got = 0;
+        // Cut off inside a body: the socket ended (the loop's read finds it so), or the loop wants
+        // it back because the connection ends, which discards what follows anyway.
+        if (lane.read_into({to + placed, n - placed}, got) != ReadLane::Read::bytes) {
+          lane.release(true);
+          return;
+        }
+        placed += got;
+      }
+      if (!round_placed(rail, n)) continue;
+      // As on_data: the bytes are in place before the count says so. The loop reports it.
+      rail.counts->arrive(chunk->round);
+      WorkCounters::add(&WorkCounters::rail_rounds_host_read, 1);
+    }
+  } catch (...) {
+    give_back = true;  // no memory for the reader's bytes: the loop reads on
+  }
+  lane.release(give_back);
 }
 
 void Rails::on_count(Connection& from, const RailCount& m) {
@@ -432,6 +582,8 @@ void Rails::on_end(Connection& from, const RailEnd& m) {
   if (rail->due_part != 0 || rail->due_offset != 0) {
     return bad(from, "RAIL_END of rail " + std::to_string(m.rail) + " inside a round");
   }
+  // Rounds host code read itself and the watch has not reported yet.
+  report_arrival(*rail, rail->counts->arrived().get());
   if (events_.ended) events_.ended(*rail);
   drop(m.rail);
 }
@@ -444,6 +596,10 @@ void Rails::drop(std::uint32_t id) {
 void Rails::raise_all() noexcept {
   raised_ = true;
   for (auto& [id, rail] : held_) rail->counts->raise();
+  // A reader asleep on the socket wakes and gives it back (its count reads raised).
+  for (auto& [id, rail] : held_) {
+    if (rail->read_lane) rail->read_lane->want_back();
+  }
   incoming_.clear();
   for (auto& [link, o] : outgoing_) o.items.clear();
 }

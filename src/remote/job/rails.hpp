@@ -21,6 +21,7 @@
 #include "remote/io/connection.hpp"
 #include "remote/io/direct_lane.hpp"
 #include "remote/io/reactor.hpp"
+#include "remote/io/read_lane.hpp"
 #include "remote/job/rail_count.hpp"
 #include "remote/wire/messages.hpp"
 
@@ -61,9 +62,16 @@ struct HeldRail {
   std::uint64_t driven = 0;
   // Destination: the source is the controller, which waits for every arrival.
   bool source_waits = false;
-  // Destination: the next bytes due (of round arrived + 1).
+  // Destination: the next bytes due (of round arrived + 1). While the link's read lane is lent
+  // for this rail, its reader's (Rails::read_rounds), as are the rail's memory and arrived count.
   std::uint32_t due_part = 0;
   std::uint64_t due_offset = 0;
+  // Destination: the link's read lane, through which host code that waits for this rail's next
+  // round reads it off the socket itself (null: none). Set before host code sees the rail.
+  std::shared_ptr<ReadLane> read_lane;
+  // Destination: the last round the loop counted and reported (readers take rounds that the loop
+  // reports at its next look, Rails::readers_took).
+  std::uint64_t reported = 0;
 };
 
 // Owner: the role's protocol (or the agent's work). Threads: the loop. Lifetime: the job's; its
@@ -142,6 +150,15 @@ class Rails {
   std::span<std::uint8_t> sink(Connection& from, std::size_t bytes);
   void on_data(Connection& from, std::size_t bytes, const std::uint8_t* at);
 
+  // Destination: host code that waits for this rail's rounds may read them off the link's socket
+  // itself (ReadLane), if the link has a socket.
+  void let_host_read(HeldRail& rail);
+  // A reader's thread, host code waiting for round `round` of the rail that `word` counts the
+  // arrivals of (key `id`): reads the rounds itself while the loop lends it the socket, else
+  // sleeps until they have arrived. The arrived count then seen.
+  static std::uint64_t wait_reading(const RailWord& word, ReadLane& lane, std::uint32_t id,
+                                    std::uint64_t round) noexcept;
+
   // Whether a message belongs here.
   static bool handles(const Message& m) {
     return std::holds_alternative<RailReady>(m) || std::holds_alternative<RailChunk>(m) ||
@@ -188,6 +205,15 @@ class Rails {
   HeldRail* held_on(Connection& from, std::uint32_t id, std::string_view message, bool source);
   void bad(Connection& from, const std::string& what);
   void drop(std::uint32_t id);
+  // Lends `link`'s socket to readers of rail `id`, if it can (the lane's request).
+  void lend(std::uint32_t id);
+  // Counts and reports the rounds readers took on `link` since the loop last looked.
+  void readers_took(Connection& link);
+  // The count and report of rounds up to `round` arrived at this destination (the loop's).
+  void report_arrival(HeldRail& rail, std::uint64_t round);
+  // A reader holding `lane` for `rail`: takes the rail's next chunks until round `round` has
+  // arrived or a frame comes that is not one of them, then releases the lane.
+  static void read_rounds(HeldRail& rail, ReadLane& lane, std::uint64_t round) noexcept;
 
   Reactor& reactor_;
   Events events_;
@@ -195,6 +221,7 @@ class Rails {
   std::set<std::uint32_t> passed_on_;  // rails this source has ended (a few bytes each)
   std::map<Connection*, Outgoing> outgoing_;
   std::map<Connection*, Incoming> incoming_;
+  std::set<Connection*> lane_links_;  // links whose read lane this watches
   bool raised_ = false;
   // Cleared when this goes, for the write callbacks that outlive it.
   std::shared_ptr<Rails*> self_ = std::make_shared<Rails*>(this);

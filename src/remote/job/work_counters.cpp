@@ -3,8 +3,9 @@
 namespace rig::remote {
 
 void WorkCounters::clear() noexcept {
-  for (auto* f : {&devices_open, &memory_bytes, &submissions, &copies, &copy_bytes,
-                  &rail_rounds_sent, &rail_bytes_sent, &rail_rounds_arrived, &rail_bytes_arrived}) {
+  for (auto* f :
+       {&devices_open, &memory_bytes, &submissions, &copies, &copy_bytes, &rail_rounds_sent,
+        &rail_bytes_sent, &rail_rounds_arrived, &rail_bytes_arrived, &rail_rounds_host_read}) {
     f->store(0);
   }
   for (DeviceUse& d : devices) {

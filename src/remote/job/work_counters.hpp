@@ -21,8 +21,9 @@ inline constexpr std::size_t work_device_name_bytes = 32;
 
 // Every field is a lock-free atomic stored with relaxed order (a reader wants each value, not an
 // order between them), so that the loop never waits for a reader in another process.
-// Owner: whoever hands it to set_work_counters (it outlives the job). Threads: the loop writes;
-// any thread or process reads. Lifetime: the owner's.
+// Owner: whoever hands it to set_work_counters (it outlives the job). Threads: the loop writes,
+// and host code reading a rail's rounds itself counts them; any thread or process reads. Lifetime:
+// the owner's.
 struct WorkCounters {
   // One device the job holds on this machine, and the bytes of its buffers.
   struct DeviceUse {
@@ -42,6 +43,9 @@ struct WorkCounters {
   std::atomic<std::uint64_t> rail_bytes_sent{0};
   std::atomic<std::uint64_t> rail_rounds_arrived{0};  // rounds whose bytes arrived here
   std::atomic<std::uint64_t> rail_bytes_arrived{0};
+  // Of those, rounds that host code waiting for them read off the socket itself (the read lane),
+  // not the loop: a host-code pipeline's rounds mostly should be.
+  std::atomic<std::uint64_t> rail_rounds_host_read{0};
   // 1 once the job failed because a device of it was lost (its cause is the device's own text).
   std::atomic<std::uint32_t> device_lost{0};
 

@@ -27,6 +27,8 @@ std::size_t frame_bytes(const Submit& message);
 // `out` is too small for them.
 inline constexpr std::size_t rail_chunk_frame_bytes = frame_header_bytes + 4 + 8 + 4 + 8 + 1;
 std::size_t encode_into(const RailChunk& message, std::span<std::uint8_t> out) noexcept;
+// A RAIL_COUNT's whole frame (rail, which, value): what a reader of a lent socket passes on.
+inline constexpr std::size_t rail_count_frame_bytes = frame_header_bytes + 4 + 1 + 8;
 
 // The message in a frame from FrameDecoder, every field checked. The Error starts
 // "malformed message: " and names the message and the field, as in
