@@ -683,7 +683,9 @@ void Connection::write_now(Bytes lazy, Bytes owned, std::span<const Piece> piece
     for (const auto& slice : slices_) total += slice.bytes;
     r->sent_bytes.fetch_add(total, std::memory_order_relaxed);
   }
+  if (read_lane_) read_lane_->loop_writing();
   const int rc = transport_->write(slices_);
+  if (read_lane_) read_lane_->loop_wrote();
   if (rc < 0) {
     if (done) done();
     broken(rc);
@@ -709,6 +711,7 @@ void Connection::written(int status) {
   if (writes_.empty()) return;  // a transport's bug; nothing waits for it
   Write w = std::move(writes_.front());
   writes_.pop_front();
+  if (read_lane_) read_lane_->loop_finished_write();
   if (writes_.empty() && sending_watch_) sending_watch_(false);
   release_lane_if_idle();
   const std::int64_t now = reactor_.now_ms();

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -287,6 +288,11 @@ void ReadLane::release(bool give_back) {
     }
   }
   if (post_it) post_back();
+}
+
+void ReadLane::after_loop_writes() const noexcept {
+  // A non-blocking write: at most a few microseconds, unless the loop's thread is preempted in it.
+  while ((loop_writes_.load(std::memory_order_acquire) & 1) != 0) sched_yield();
 }
 
 void ReadLane::post_back() noexcept {

@@ -79,6 +79,16 @@ class ReadLane : public std::enable_shared_from_this<ReadLane> {
   void close();
   Connection* connection() const noexcept { return connection_; }
 
+  // Brackets each of the loop's writes to the socket (beginning, end). A reader that takes a
+  // round waits out a write under way (after_loop_writes), and so sees every write of the loop's
+  // that began before the round came done: host code that takes an answer for a sign that its own
+  // earlier round left (and rewrites that round's source) is right, and a race detector, which
+  // knows nothing of the network between the two, sees the order too.
+  void loop_writing() noexcept { loop_writes_.fetch_add(1, std::memory_order_relaxed); }
+  void loop_wrote() noexcept { loop_writes_.fetch_add(1, std::memory_order_release); }
+  // A write the transport finished later, in the loop (what the kernel did not take at once).
+  void loop_finished_write() noexcept { loop_writes_.fetch_add(2, std::memory_order_release); }
+
   // --- a reader's ---
   // Asks the loop to lend the socket for `key`, unless it is lent or asked for already: the loop
   // answers by lending it (and waking the reader's sleep, its owner's part) or not at all.
@@ -103,6 +113,8 @@ class ReadLane : public std::enable_shared_from_this<ReadLane> {
   // socket's end): posted to the connection, which reads on from the first byte left. Else the
   // lane stays lent, with what the reader left, for the next reader.
   void release(bool give_back);
+  // Returns once no write of the loop's to the socket is under way (see loop_writing).
+  void after_loop_writes() const noexcept;
 
  private:
   explicit ReadLane(Reactor& reactor) : reactor_(reactor) {}
@@ -127,8 +139,9 @@ class ReadLane : public std::enable_shared_from_this<ReadLane> {
   int wake_ = -1;                  // eventfd: the loop wants the lane back
   ConnectionCounters::Role* counts_ = nullptr;
   std::atomic<std::uint64_t> read_bytes_{0};
-  Bytes bytes_;     // a reader's, then the loop's at take_back
-  Bytes deferred_;  // frames for the loop, in the order read
+  std::atomic<std::uint64_t> loop_writes_{0};  // odd while the loop writes
+  Bytes bytes_;                                // a reader's, then the loop's at take_back
+  Bytes deferred_;                             // frames for the loop, in the order read
   std::size_t taken_ = 0;
   std::function<void(std::uint64_t)> on_request_;
   std::function<void()> on_back_;

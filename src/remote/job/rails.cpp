@@ -549,7 +549,9 @@ void Rails::read_rounds(HeldRail& rail, ReadLane& lane, std::uint64_t round) noe
         placed += got;
       }
       if (!round_placed(rail, n)) continue;
-      // As on_data: the bytes are in place before the count says so. The loop reports it.
+      // As on_data: the bytes are in place before the count says so. The loop reports it. The
+      // round may be the answer to one the loop sent: that write is seen done first.
+      lane.after_loop_writes();
       rail.counts->arrive(chunk->round);
       WorkCounters::add(&WorkCounters::rail_rounds_host_read, 1);
     }
