@@ -633,7 +633,9 @@ void Connection::watch_reads() {
 void Connection::take_reads_back() {
   if (!reads_lent_) return;
   Bytes left;
-  if (read_lane_->take_back(left)) reads_back(std::move(left));
+  // Never from a reader at it: the watch saw the lane lent, but a reader may have claimed it
+  // since, and one cut off inside a chunk's body would leave the decoder the body's rest.
+  if (read_lane_->take_back_idle(left)) reads_back(std::move(left));
 }
 
 void Connection::on_read_lane_back() noexcept {

@@ -258,7 +258,8 @@ class Connection final : private TransportEvents {
   // back if bytes wait with no reader.
   void watch_reads();
   void arm_read_watch();  // the watch's next look, unless one is due already
-  // Takes the socket back from the lane now, or once its reader gives it back.
+  // Takes the socket back from the lane, unless a reader is at it: that one gives it back itself
+  // (on_read_lane_back) at the first frame that is not its rail's.
   void take_reads_back();
   // The lane is back with `left` (bytes its readers read and did not take): reading goes on.
   void reads_back(Bytes left);

@@ -90,19 +90,31 @@ void ReadLane::lend(std::uint64_t key, std::shared_ptr<void> holder) {
   state_ = State::lent;
 }
 
+void ReadLane::take_back_locked(Bytes& out, std::shared_ptr<void>& drop) {
+  out.insert(out.end(), deferred_.begin(), deferred_.end());
+  deferred_.clear();
+  out.insert(out.end(), bytes_.begin() + static_cast<std::ptrdiff_t>(taken_), bytes_.end());
+  bytes_.clear();
+  taken_ = 0;
+  drop = std::move(holder_);
+  state_ = State::loop;
+}
+
+bool ReadLane::take_back_idle(Bytes& out) {
+  std::shared_ptr<void> drop;  // let go of after the lock: it may hold the last of this lane
+  std::lock_guard lock(mu_);
+  if (state_ == State::reading) return false;
+  if (state_ == State::lent || state_ == State::returning) take_back_locked(out, drop);
+  return true;
+}
+
 bool ReadLane::take_back(Bytes& out) {
   std::shared_ptr<void> drop;  // let go of after the lock: it may hold the last of this lane
   std::lock_guard lock(mu_);
   switch (state_) {
     case State::lent:
     case State::returning:
-      out.insert(out.end(), deferred_.begin(), deferred_.end());
-      deferred_.clear();
-      out.insert(out.end(), bytes_.begin() + static_cast<std::ptrdiff_t>(taken_), bytes_.end());
-      bytes_.clear();
-      taken_ = 0;
-      drop = std::move(holder_);
-      state_ = State::loop;
+      take_back_locked(out, drop);
       return true;
     case State::reading: {
       wanted_back_.store(true, std::memory_order_release);

@@ -66,6 +66,11 @@ class ReadLane : public std::enable_shared_from_this<ReadLane> {
   // the bytes they read and did not take moved onto the end of `out`; false while a reader is at
   // it, which is asked to give it back and then posts to the connection (on_back).
   bool take_back(Bytes& out);
+  // The same, but only from no reader: false, and nothing asked of it, while a reader is at the
+  // socket (it reads what waits there itself). For the loop's own looks, which must not cut a
+  // reader off inside a frame: a reader asked to stop inside a rail chunk's body leaves the rest of
+  // the body on the socket, which the loop can then only read as a malformed frame.
+  bool take_back_idle(Bytes& out);
   State state() const;
   // Asks a reader at it now to give the lane back (it posts it); any thread but a reader's.
   void want_back();
@@ -125,6 +130,8 @@ class ReadLane : public std::enable_shared_from_this<ReadLane> {
   template <typename Look>
   bool spin(Look&& look);
   void post_back() noexcept;
+  // take_back's part once no reader is at the lane: under the lock, lent or returning.
+  void take_back_locked(Bytes& out, std::shared_ptr<void>& drop);
   void close_descriptors() noexcept;  // under the lock, with no reader at them
 
   Reactor& reactor_;

@@ -123,6 +123,37 @@ TEST_CASE("read lane: the socket's end is the reader's to give back, not to name
   CHECK(text(back) == "z");
 }
 
+// The connection's watch looks at the lane every millisecond and takes it back when bytes wait
+// and it is lent to nobody; a reader may claim it between that look and the taking. Asked to stop
+// then, a reader inside a rail chunk's body would leave the rest of the body to the loop's decoder,
+// which reads it as a malformed frame and fails the job: the watch's taking leaves a reader be.
+TEST_CASE("read lane: the loop's look takes the lane back from no reader, and stops none") {
+  Pair p;
+  p.lane->lend(4, std::make_shared<int>(4));
+  p.peer_writes("head");
+  REQUIRE(p.lane->claim(4) != nullptr);  // just after the watch saw it lent, with bytes waiting
+  Bytes out;
+  CHECK_FALSE(p.lane->take_back_idle(out));
+  CHECK(out.empty());
+  CHECK(p.lane->state() == ReadLane::State::reading);
+  // The reader reads on: its body's bytes, as they come.
+  std::uint8_t body[8] = {};
+  std::size_t got = 0;
+  CHECK(p.lane->read_into({body, 4}, got) == ReadLane::Read::bytes);
+  CHECK(std::string(reinterpret_cast<const char*>(body), got) == "head");
+  p.peer_writes("tail");
+  CHECK(p.lane->read_into({body + 4, 4}, got) == ReadLane::Read::bytes);
+  CHECK(std::string(reinterpret_cast<const char*>(body), 8) == "headtail");
+  p.peer_writes("next");
+  CHECK(p.lane->read_more(64) == ReadLane::Read::bytes);
+  p.lane->release(false);
+  // Lent to nobody now: the look takes it back, with what the reader left.
+  CHECK(p.lane->take_back_idle(out));
+  CHECK(text(out) == "next");
+  CHECK(p.lane->state() == ReadLane::State::loop);
+  CHECK(p.lane->take_back_idle(out));  // the loop's already: nothing to do
+}
+
 TEST_CASE("read lane: a reader asleep on a quiet socket gives the lane up when the loop wants it") {
   for (const bool closing : {false, true}) {
     CAPTURE(closing);
