@@ -109,6 +109,8 @@ inline constexpr std::int64_t staging_idle_release_ms = 1000;
 // waits for its connection's next write, or for its loop to go idle, before it goes in a write of
 // its own: long enough that a busy pipeline's counts go a few hundred at a time, short enough that
 // the controller's view of such a rail is never more than this behind.
+inline constexpr std::uint64_t idle_work_delay_us = 500;
+
 // How often a connection whose socket host code reads (ReadLane) looks at it: readers' bytes
 // count as heard, the rounds they took are reported (so at most this late), and the loop reads
 // again where bytes wait with no reader. One libuv timer tick.
@@ -116,10 +118,6 @@ inline constexpr std::uint64_t read_lane_watch_ms = 1;
 // What host code reading a rail's rounds off its socket reads at once (beyond a body it places
 // straight): a few small rounds, and little to copy out of a large one.
 inline constexpr std::size_t read_lane_read_bytes = 16 * 1024;
-// How long host code reading a rail's rounds off its socket looks for the next bytes before it
-// sleeps in poll(): as long as a loop polls after activity (loop_spin_us_default).
-inline constexpr std::uint64_t read_lane_spin_ns = 100'000;
-inline constexpr std::uint64_t idle_work_delay_us = 500;
 
 // A job process whose job failed exits (its devices are lost), but first gives host code that was
 // running, woken by the raised rails, this long to return: host code that logs or cleans up on a
@@ -138,6 +136,9 @@ inline constexpr std::uint64_t loop_spin_us_default = 100;
 inline constexpr std::uint64_t loop_spin_us_max = 1'000'000;
 inline constexpr rig::detail::Tunable loop_spin_us_tunable{
     "RIG_LOOP_SPIN_US", "a time in microseconds", loop_spin_us_default, loop_spin_us_max};
+// How long host code reading a rail's rounds off its socket (ReadLane) looks for the next bytes
+// before it sleeps in poll(): as long as a loop polls after activity, for the same reason.
+inline constexpr std::uint64_t read_lane_spin_ns = loop_spin_us_default * 1000;
 
 // How long an agent's loop polls a device's timeline after giving it work, before it asks a helper
 // thread to sleep on it instead. Short work (a small copy, a tiny kernel) ends within the budget
