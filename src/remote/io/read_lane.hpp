@@ -84,14 +84,17 @@ class ReadLane : public std::enable_shared_from_this<ReadLane> {
   void close();
   Connection* connection() const noexcept { return connection_; }
 
-  // Brackets each of the loop's writes to the socket (beginning, end). A reader that takes a
-  // round waits out a write under way (after_loop_writes), and so sees every write of the loop's
-  // that began before the round came done: host code that takes an answer for a sign that its own
-  // earlier round left (and rewrites that round's source) is right, and a race detector, which
-  // knows nothing of the network between the two, sees the order too.
+  // Brackets the loop's hand-over of each write to the kernel (its writev: beginning, end). A
+  // reader that takes a round waits out a hand-over under way (after_loop_writes): host code that
+  // takes an answer for a sign that its own earlier round left (and rewrites that round's source)
+  // is right, and a race detector, which knows nothing of the network between the two, sees the
+  // loop's read of the source ordered before the rewrite too. The rest of a write the kernel did
+  // not take at once is not waited for: it leaves only as the peer reads, and two readers each
+  // waiting for their own loop's rest would wait for ever (neither loop reads a lent socket).
   void loop_writing() noexcept { loop_writes_.fetch_add(1, std::memory_order_relaxed); }
   void loop_wrote() noexcept { loop_writes_.fetch_add(1, std::memory_order_release); }
-  // A write the transport finished later, in the loop (what the kernel did not take at once).
+  // Such a rest handed over at last (the count stays even): published for a reader that looks
+  // after it.
   void loop_finished_write() noexcept { loop_writes_.fetch_add(2, std::memory_order_release); }
 
   // --- a reader's ---
