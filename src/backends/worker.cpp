@@ -1,5 +1,7 @@
 #include "backends/worker.hpp"
 
+#include <pthread.h>
+
 #include <cstring>
 
 #include "rig/kernel.h"
@@ -49,6 +51,8 @@ bool Worker::settle(std::chrono::steady_clock::time_point until) noexcept {
 }
 
 void Worker::loop(std::shared_ptr<State> state, detail::DeviceCore* device, PartHook hook) {
+  // Host code and each device's work run here: named so that top -H and /proc tell it apart.
+  pthread_setname_np(pthread_self(), "rig-worker");
   for (;;) {
     detail::Work work;
     {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
@@ -94,6 +95,7 @@ DeviceProbe::DeviceProbe(const std::string& kinds, Metrics& metrics) {
     return;
   }
   thread_ = std::thread([this, kinds, &metrics] {
+    pthread_setname_np(pthread_self(), "rigd-probe");
     // Nothing may escape a thread: a failure here (out of memory) is /status's to show.
     try {
       run(kinds, metrics);

@@ -29,9 +29,11 @@
 // shutdown that hangs.
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -175,6 +177,7 @@ void yield_to_watchdog() {
 }
 
 void take_signals() {
+  pthread_setname_np(pthread_self(), "rigd-signals");
   for (;;) {
     const int sig = sigwaitinfo(&signals.set, nullptr);
     if (sig < 0) continue;  // EINTR
@@ -750,6 +753,9 @@ class Daemon {
 int main(int argc, char** argv) {
   (void)sink();
   const Options o = parse(argc, argv);
+  // A job or probe process is this file run again through /proc/self/exe, which the kernel would
+  // name "exe": named as the daemon, top, ps -e and pgrep -x rigd find it too.
+  if (o.serve_child || o.probe_fd >= 0) prctl(PR_SET_NAME, "rigd");
   if (o.serve_child) {
     // Every line a job process writes names it and its job.
     sink().set_prefix("rigd[" + std::to_string(getpid()) + "]: job " + std::to_string(o.job) +

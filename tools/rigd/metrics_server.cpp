@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -101,6 +102,7 @@ MetricsServer::~MetricsServer() {
 }
 
 void MetricsServer::run() {
+  pthread_setname_np(pthread_self(), "rigd-metrics");
   std::list<Client> clients;
   std::vector<pollfd> fds;
   std::vector<Client*> polled;

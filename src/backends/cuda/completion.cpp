@@ -4,6 +4,8 @@
 // the completion thread rests.
 #include "backends/cuda/engine.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -105,6 +107,7 @@ void stop_polling(Engine& e) noexcept {
 }
 
 void completion_loop(std::shared_ptr<Engine> e) {
+  pthread_setname_np(pthread_self(), "rig-cuda-done");
   start_engine_thread(*e);
   for (;;) {
     linger(*e);

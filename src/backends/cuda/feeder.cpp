@@ -1,5 +1,7 @@
 // The feeder: issues the work the submitting thread could not, after waiting on the host for what
 // it depends on, and runs the host steps of staged copies.
+#include <pthread.h>
+
 #include "backends/cuda/engine.hpp"
 
 namespace rig::backends::cuda {
@@ -27,6 +29,7 @@ void order(Engine& e, const detail::Work& work, bool host_steps) {
 }  // namespace
 
 void feed_loop(std::shared_ptr<Engine> e) {
+  pthread_setname_np(pthread_self(), "rig-cuda-feed");
   start_engine_thread(*e);
   std::deque<detail::Work> dropped;
   for (;;) {

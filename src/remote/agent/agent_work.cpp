@@ -79,6 +79,7 @@ struct Helper {
   uv_async_t* async = nullptr;
 
   static void run(std::shared_ptr<Helper> h, std::optional<sigset_t> mask) {
+    pthread_setname_np(pthread_self(), "rig-helper");
     // Openers run here as the program's own code: with the signal mask serve was called with.
     if (mask) pthread_sigmask(SIG_SETMASK, &*mask, nullptr);
     std::unique_lock lock(h->mu);

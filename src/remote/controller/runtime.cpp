@@ -14,6 +14,7 @@ namespace rig::remote {
 
 Runtime::Runtime() : timing_(job_timing()), reactor_(SteadyClock::get(), timing_.tick_ms) {
   thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "rig-loop");  // as top -H and /proc show it
     // The loop thread takes no signal of the application's: they belong to its own threads. A
     // write to a connection the peer has reset raises SIGPIPE on the writing thread; blocked here,
     // it stays pending and harmless while the write's EPIPE is handled as the connection's end.
