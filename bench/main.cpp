@@ -521,6 +521,7 @@ int run(const Options& o) {
         peers.push_back(start_peer({self, "echo", "--listen", "127.0.0.1:0"}, p.agent_cpu,
                                    (scratch / "echo.log").string()));
         args["echo"] = nlohmann::json::array({"127.0.0.1", peers.back().port});
+        args["peer_pids"].push_back({"echo", peers.back().child.pid});
         // The first agent serves its metrics, as an operator's would: rig.host.empty.flooded
         // floods that endpoint.
         peers.push_back(start_peer({o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds",
@@ -529,16 +530,19 @@ int run(const Options& o) {
         args["agents"] =
             nlohmann::json::array({nlohmann::json::array({"127.0.0.1", peers.back().port})});
         args["agent_metrics_port"] = peers.back().metrics_port;
+        args["peer_pids"].push_back({"agent", peers.back().child.pid});
         peers.push_back(start_peer(
             {o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", agent_kinds},
             p.agent_cpu, (scratch / "rigd-wakeup.log").string(), {agent_wakeup_env}));
         args["wakeup_agent"] = nlohmann::json::array({"127.0.0.1", peers.back().port});
+        args["peer_pids"].push_back({"wakeup_agent", peers.back().child.pid});
         // The rails' source agent, on the controller's core: a rail between the two agents then
         // runs between the same two cores as the TCP baselines.
         peers.push_back(start_peer(
             {o.rigd, "--key", key_file, "--listen", "127.0.0.1:0", "--kinds", agent_kinds},
             p.controller_cpu, (scratch / "rigd-rail.log").string(), {agent_poll_env}));
         args["rail_agent"] = nlohmann::json::array({"127.0.0.1", peers.back().port});
+        args["peer_pids"].push_back({"rail_agent", peers.back().child.pid});
       } else {
         if (o.echo) args["echo"] = nlohmann::json::array({o.echo->first, o.echo->second});
         args["agents"] = nlohmann::json::array();
@@ -641,6 +645,9 @@ int worker(const nlohmann::json& args) {
   ctx.only = args.value("only", std::vector<std::string>{});
   ctx.cpus = args.value("cpus", std::vector<int>{});
   ctx.agent_metrics_port = args.value("agent_metrics_port", 0);
+  for (const auto& p : args.value("peer_pids", nlohmann::json::array())) {
+    ctx.peer_pids.emplace_back(p.at(0).get<std::string>(), p.at(1).get<pid_t>());
+  }
   const auto out = rig::bench::run_placement(ctx);
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -139,6 +140,43 @@ std::uint64_t rss_bytes() {
     f.ignore(4096, '\n');
   }
   return 0;
+}
+
+std::vector<pid_t> descendants_of(pid_t pid) {
+  std::vector<pid_t> out = children_of(pid);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto more = children_of(out[i]);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
+std::vector<ThreadCounts> thread_counts(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::vector<ThreadCounts> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string task = dir + "/" + e->d_name;
+    ThreadCounts t;
+    t.pid = pid;
+    t.tid = static_cast<pid_t>(std::atoll(e->d_name));
+    std::ifstream sched(task + "/schedstat");
+    if (!(sched >> t.run_ns >> t.wait_ns >> t.slices)) continue;  // ended meanwhile
+    std::ifstream comm(task + "/comm");
+    std::getline(comm, t.name);
+    std::ifstream status(task + "/status");
+    std::string key;
+    while (status >> key) {
+      if (key == "voluntary_ctxt_switches:") status >> t.voluntary;
+      if (key == "nonvoluntary_ctxt_switches:") status >> t.involuntary;
+      status.ignore(4096, '\n');
+    }
+    out.push_back(std::move(t));
+  }
+  closedir(d);
+  return out;
 }
 
 std::vector<pid_t> children_of(pid_t pid) {

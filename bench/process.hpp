@@ -50,5 +50,23 @@ std::optional<std::uint64_t> cpu_ns_stat(pid_t pid);
 std::uint64_t rss_bytes();
 // The children of `pid` (/proc/PID/task/PID/children).
 std::vector<pid_t> children_of(pid_t pid);
+// Every descendant of `pid`, parents before their children.
+std::vector<pid_t> descendants_of(pid_t pid);
+
+// What the scheduler counted for one thread: its time on a CPU and waiting for one, the times it
+// was put on one (/proc/PID/task/TID/schedstat), and its switches away, asleep or preempted
+// (.../status). Summed over a scenario, they say whose turns a round trip takes on a shared core.
+struct ThreadCounts {
+  pid_t pid = -1;
+  pid_t tid = -1;
+  std::string name;  // the thread's (comm): rig's threads name themselves (rig-loop, rig-worker)
+  std::uint64_t run_ns = 0;
+  std::uint64_t wait_ns = 0;
+  std::uint64_t slices = 0;
+  std::uint64_t voluntary = 0;
+  std::uint64_t involuntary = 0;
+};
+// Every thread of `pid` now; empty if it is gone.
+std::vector<ThreadCounts> thread_counts(pid_t pid);
 
 }  // namespace rig::bench

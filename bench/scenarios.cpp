@@ -233,6 +233,53 @@ nlohmann::json tcp_pipeline(Ctx& ctx) {
   return r;
 }
 
+// One thread's counts with the part its process plays.
+struct Labelled {
+  std::string process;
+  ThreadCounts counts;
+};
+
+std::vector<Labelled> sched_snapshot(const Ctx& ctx) {
+  std::vector<Labelled> out;
+  const auto add = [&](const std::string& role, pid_t pid) {
+    for (ThreadCounts& t : thread_counts(pid)) out.push_back({role, std::move(t)});
+  };
+  add("controller", getpid());
+  for (const auto& [role, pid] : ctx.peer_pids) {
+    add(role, pid);
+    for (pid_t job : descendants_of(pid)) add(role + " job", job);
+  }
+  return out;
+}
+
+// What each thread did between two snapshots, for the threads that ran; one born meanwhile counts
+// from zero, one that ended meanwhile is missing.
+nlohmann::json sched_json(const std::vector<Labelled>& before, const std::vector<Labelled>& after) {
+  nlohmann::json threads = nlohmann::json::array();
+  for (const Labelled& a : after) {
+    ThreadCounts b;
+    for (const Labelled& x : before) {
+      if (x.counts.pid == a.counts.pid && x.counts.tid == a.counts.tid) b = x.counts;
+    }
+    const ThreadCounts& t = a.counts;
+    if (t.slices <= b.slices) continue;
+    threads.push_back({{"process", a.process},
+                       {"pid", t.pid},
+                       {"thread", t.name},
+                       {"tid", t.tid},
+                       {"run_us", static_cast<double>(t.run_ns - b.run_ns) / 1e3},
+                       {"wait_us", static_cast<double>(t.wait_ns - b.wait_ns) / 1e3},
+                       {"slices", t.slices - b.slices},
+                       {"voluntary", t.voluntary - b.voluntary},
+                       {"involuntary", t.involuntary - b.involuntary}});
+  }
+  return {{"note",
+           "each thread that ran during the scenario, its set-up and warm-up included: time on a "
+           "CPU and waiting for one, times put on one, switches away asleep (voluntary) and "
+           "preempted (involuntary); from /proc/PID/task/TID"},
+          {"threads", std::move(threads)}};
+}
+
 std::vector<std::uint64_t> stream_sizes(const Plan& p) {
   std::vector<std::uint64_t> sizes;
   for (std::uint64_t s = stream_bytes_min; s <= p.stream_bytes_max; s *= stream_size_step) {
@@ -265,6 +312,7 @@ nlohmann::json throughput_json(const Ctx& ctx, std::string_view id, Move&& move)
   nlohmann::json points = nlohmann::json::array();
   for (std::uint64_t size : stream_sizes(ctx.plan)) {
     const std::uint64_t repeats = stream_repeats(ctx.plan, size);
+    const auto before = sched_snapshot(ctx);
     move(size);  // warm-up
     std::vector<double> gbps;
     for (std::uint64_t i = 0; i < repeats; ++i) {
@@ -274,6 +322,8 @@ nlohmann::json throughput_json(const Ctx& ctx, std::string_view id, Move&& move)
       gbps.push_back(static_cast<double>(size) / static_cast<double>(t1 - t0));
     }
     points.push_back(throughput_point(ctx, id, size, repeats, std::move(gbps), 1));
+    points.back()["sched"] = sched_json(before, sched_snapshot(ctx));
+    points.back()["sched"]["transfers"] = repeats + 1;
   }
   return {{"unit", "GB/s"}, {"points", points}};
 }
@@ -795,6 +845,7 @@ nlohmann::json rail_throughput(Ctx& ctx, std::string_view id, const rig::Buffer&
     const std::uint64_t last = (batches + 1) * batch;
     std::uint64_t started = 0, arrived = 0;
     std::vector<double> gbps;
+    const auto before = sched_snapshot(ctx);
     std::uint64_t t_prev = now_ns();
     for (std::uint64_t b = 0; b <= batches; ++b) {
       for (std::uint64_t i = 0; i < batch; ++i) {
@@ -810,6 +861,8 @@ nlohmann::json rail_throughput(Ctx& ctx, std::string_view id, const rig::Buffer&
     auto point = throughput_point(ctx, id, size, batches * batch, std::move(gbps), 1);
     point["window"] = window;
     point["batch_rounds"] = batch;
+    point["sched"] = sched_json(before, sched_snapshot(ctx));
+    point["sched"]["transfers"] = last;
     points.push_back(std::move(point));
   }
   return {{"unit", "GB/s"},
@@ -1113,7 +1166,11 @@ nlohmann::json run_placement(Ctx& ctx) {
       continue;
     }
     try {
-      out[std::string(s.id)] = s.run(ctx);
+      const auto before = sched_snapshot(ctx);
+      nlohmann::json r = s.run(ctx);
+      if (r.is_object() && !r.contains("skipped"))
+        r["sched"] = sched_json(before, sched_snapshot(ctx));
+      out[std::string(s.id)] = std::move(r);
     } catch (const std::exception& e) {
       progress(ctx, s.id, std::string("failed: ") + e.what());
       out[std::string(s.id)] = {{"error", e.what()}};

@@ -60,6 +60,10 @@ struct Ctx {
   // The *.contended scenarios put a busy neighbour on each.
   std::vector<int> cpus;
   std::string key_file;
+  // The harness's peers by role ("agent", "rail_agent", ...) and their processes: the threads of
+  // these, of their job processes and of this controller are counted through each scenario
+  // ("sched" in its results). None with given hosts.
+  std::vector<std::pair<std::string, pid_t>> peer_pids;
   // The first agent's --metrics endpoint on 127.0.0.1 (0: none, as with given hosts).
   int agent_metrics_port = 0;
   // Scenario ids to run (--only); empty: all.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -204,6 +205,19 @@ TEST_CASE("rig-bench --quick writes the results file and a valid PNG report") {
         }
       }
       if (s["metric"] == "latency") CHECK(!r["cdf"].empty());
+      if (s["id"] == "rig.rail.pingpong") {
+        // Host code answered on both agents: their workers ran, as the scheduler counted them.
+        REQUIRE(r.contains("sched"));
+        std::set<std::string> ran;
+        for (const auto& t : r["sched"]["threads"]) {
+          if (t["thread"] == "rig-worker" && t["slices"].get<long>() > 0) ran.insert(t["process"]);
+        }
+        CHECK(ran.count("agent job") == 1);
+        CHECK(ran.count("rail_agent job") == 1);
+      }
+      if (s["id"] == "rig.rail.agents") {
+        for (const auto& p : r["points"]) CHECK(p["sched"]["transfers"].get<long>() > 0);
+      }
       if (s.contains("baseline") && s["metric"] == "throughput") {
         // Throughput: a ratio to the baseline at each transfer size, and against the stream,
         // one to the stream whose receiver places the bytes as a copy does.
