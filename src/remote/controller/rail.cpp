@@ -76,13 +76,15 @@ const RailCore& core_of(const Rail& r) {
 }
 
 void wait_count(const RailCore& c, const RailWord& word, std::uint64_t round) {
+  // The word is read, and waited for, with no lock and no allocation, so with the caller's own
+  // signal mask: a handler may run in the wait and call rig as a call of its own. Only a raised
+  // count (the job's failure, or a child of fork) needs more, the cause, under a lock, so with the
+  // signals blocked. A pipelined waiter so makes no system call for a round that has arrived, where
+  // blocking the signals and opening them for the wait took four (bench/README.md, "Session 29").
+  std::uint64_t seen = word.get();
+  if (seen < round) seen = word.wait(round);
+  if (seen != rail_raised) return;
   const rig::detail::SignalsBlocked blocked;
-  c.check_not_failed();
-  if (word.get() >= round) return;
-  {
-    const rig::detail::SignalsOpen waiting;
-    word.wait(round);
-  }
   c.check_not_failed();
 }
 
@@ -185,7 +187,10 @@ const Device& Rail::to() const {
 std::uint64_t Rail::go() {
   const RailCore& c = core_of(*this);
   const rig::detail::SignalsBlocked blocked;
-  c.check_not_failed();
+  // The counts are raised in a child of fork (rail_count.cpp) and once the job has failed here:
+  // only then is the cause looked up (getpid is a system call). A failure whose counts are not
+  // raised yet is found by the submission, whose device shares the job's cause.
+  if (c.counts->sent().get() == rail_raised) c.check_not_failed();
   if (c.in_host_code.load(std::memory_order_acquire)) {
     throw std::invalid_argument("rig: go() of rail " + std::to_string(c.id) +
                                 ": the rail was given to host code (Arg::rail), where its rounds "
@@ -199,16 +204,13 @@ std::uint64_t Rail::go() {
   return rig::submit(Device(c.device), std::span<const Part>(c.parts));
 }
 
+// In a child of fork the table's words are raised (rail_count.cpp): no look at the pid is needed.
 std::uint64_t Rail::sent() const {
-  const RailCore& c = core_of(*this);
-  if (c.pid != getpid()) return rail_raised;
-  return c.counts->sent().get();
+  return core_of(*this).counts->sent().get();
 }
 
 std::uint64_t Rail::arrived() const {
-  const RailCore& c = core_of(*this);
-  if (c.pid != getpid()) return rail_raised;
-  return c.counts->arrived().get();
+  return core_of(*this).counts->arrived().get();
 }
 
 void Rail::wait_sent(std::uint64_t round) const {
