@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <string>
@@ -150,6 +151,11 @@ TEST_CASE(
   REQUIRE(job.ok());
   // The job's process on `a` is rigd's child: find it through the log line.
   const pid_t child = a.job_pid(1);
+  // An operator's pgrep -x rigd or top finds it by the daemon's name, though it runs rigd again
+  // through /proc/self/exe, which the kernel would name "exe".
+  std::string comm;
+  std::getline(std::ifstream("/proc/" + std::to_string(child) + "/comm"), comm);
+  CHECK(comm == "rigd");
   const auto t0 = std::chrono::steady_clock::now();
   kill(child, SIGKILL);
   const rig::Device host = job->hosts()[0];
