@@ -751,6 +751,12 @@ constexpr std::uint64_t rail_rounds_max = 2'000;
 // never written again, so no round waits for the one before it to be sent; fewer where that many
 // would pass the bytes in flight that go() allows (rail_window_at).
 constexpr std::uint64_t rail_window = 4;
+// The untimed exchange before the host-code ping-pong's: past the longest a job's processes keep
+// their spins off after a verdict of contention at their start (core/limits.hpp, spins_off_ns_max,
+// 1 s). On a lent H100 the ping-pong started with its job took 7.6-10.0 us at p50 from run to run
+// on one core, its host code sleeping in three hops of four in the slow runs (bench/README.md,
+// "Session 29").
+constexpr double rail_pingpong_settle_s = 1.2;
 // A throughput sample covers at least this many bytes: smaller rounds are timed in batches.
 constexpr std::uint64_t rail_batch_bytes_min = 256 << 10;
 // And at least this many windows of rounds: arrivals are seen in bursts (a destination that read
@@ -987,37 +993,48 @@ nlohmann::json rig_rail_pingpong(Ctx& ctx) {
   constexpr std::size_t result_words = 3;
   const rig::Buffer result_a = rig::Buffer::make(a, result_words * sizeof(std::uint64_t));
   const rig::Buffer result_b = rig::Buffer::make(b, result_words * sizeof(std::uint64_t));
-  const rig::remote::Rail there = one_transfer_rail(send_a, recv_b, small_copy_bytes);
-  const rig::remote::Rail back = one_transfer_rail(send_b, recv_a, small_copy_bytes);
   const rig::Image image_a = load_bench_program(a);
   const rig::Image image_b = load_bench_program(b);
-  // The whole exchange, warm-up included, gets the time a measurement and its warm-up may take.
-  const auto limit_ns =
-      static_cast<std::uint64_t>(p.measurement_s_max * (1 + warmup_time_share) * 1e9);
-  const auto run = [&](const rig::Image& image, const rig::remote::Rail& out,
-                       const rig::remote::Rail& in, const rig::Buffer& send,
-                       const rig::Buffer& recv, std::uint64_t role, rig::Arg times,
-                       const rig::Buffer& result) {
-    return rig::Run{image,
-                    "rail_pingpong_timed",
-                    rig::Shape{},
-                    {rig::Arg::rail(out), rig::Arg::rail(in), rig::Arg::inout(send),
-                     rig::Arg::in(recv), rig::Arg::word(rounds), rig::Arg::word(role), times,
-                     rig::Arg::word(limit_ns), rig::Arg::out(result)}};
+  // One exchange of up to `n` rounds over a fresh pair of rails (the program numbers rounds from
+  // 1), for at most `limit_ns`; role 0 times each round into `times` (0: not timed).
+  const auto exchange = [&](std::uint64_t n, std::uint64_t limit_ns, rig::Arg times) {
+    const rig::remote::Rail there = one_transfer_rail(send_a, recv_b, small_copy_bytes);
+    const rig::remote::Rail back = one_transfer_rail(send_b, recv_a, small_copy_bytes);
+    const auto run = [&](const rig::Image& image, const rig::remote::Rail& out,
+                         const rig::remote::Rail& in, const rig::Buffer& send,
+                         const rig::Buffer& recv, std::uint64_t role, rig::Arg t,
+                         const rig::Buffer& result) {
+      return rig::Run{image,
+                      "rail_pingpong_timed",
+                      rig::Shape{},
+                      {rig::Arg::rail(out), rig::Arg::rail(in), rig::Arg::inout(send),
+                       rig::Arg::in(recv), rig::Arg::word(n), rig::Arg::word(role), t,
+                       rig::Arg::word(limit_ns), rig::Arg::out(result)}};
+    };
+    const std::uint64_t vb =
+        rig::submit(b, run(image_b, back, there, send_b, recv_b, 1, rig::Arg::word(0), result_b));
+    const std::uint64_t va =
+        rig::submit(a, run(image_a, there, back, send_a, recv_a, 0, times, result_a));
+    a.wait(va);
+    b.wait(vb);
+    const auto ra = words_of(result_a), rb = words_of(result_b);
+    if (ra[2] != 0 || rb[2] != 0)
+      throw std::runtime_error("a rail's count was raised: the job failed");
+    if (ra[1] != 0 || rb[1] != 0) {
+      throw std::runtime_error(std::to_string(ra[1] + rb[1]) + " rounds carried the wrong number");
+    }
+    return ra[0];  // rounds done
   };
-  const std::uint64_t vb =
-      rig::submit(b, run(image_b, back, there, send_b, recv_b, 1, rig::Arg::word(0), result_b));
-  const std::uint64_t va = rig::submit(
-      a, run(image_a, there, back, send_a, recv_a, 0, rig::Arg::out(samples), result_a));
-  a.wait(va);
-  b.wait(vb);
-  const auto ra = words_of(result_a), rb = words_of(result_b);
-  if (ra[2] != 0 || rb[2] != 0)
-    throw std::runtime_error("a rail's count was raised: the job failed");
-  if (ra[1] != 0 || rb[1] != 0) {
-    throw std::runtime_error(std::to_string(ra[1] + rb[1]) + " rounds carried the wrong number");
-  }
-  const std::uint64_t done = ra[0];
+  // The job's processes have just started (the scenario before used another job), and what they
+  // did at start on this core may have turned their spins off, for up to a second
+  // (rig::detail::yield_for_spin): an untimed exchange first lets that pass, so that the figure is
+  // the steady state of a pipeline that runs on.
+  const auto settle_ns = static_cast<std::uint64_t>(rail_pingpong_settle_s * 1e9);
+  const std::uint64_t settled = exchange(UINT64_MAX, settle_ns, rig::Arg::word(0));
+  // The whole exchange, warm-up included, gets the time a measurement and its warm-up may take.
+  const std::uint64_t done = exchange(
+      rounds, static_cast<std::uint64_t>(p.measurement_s_max * (1 + warmup_time_share) * 1e9),
+      rig::Arg::out(samples));
   const auto ns = words_of(samples);
   Taken t;
   t.warmup = static_cast<std::size_t>(std::min<std::uint64_t>(p.warmup, done));
@@ -1032,9 +1049,12 @@ nlohmann::json rig_rail_pingpong(Ctx& ctx) {
   r["wire_bytes"] = rail_wire_bytes(small_copy_bytes);
   r["from"] = a.name();
   r["to"] = b.name();
+  r["settle_s"] = rail_pingpong_settle_s;
+  r["settle_rounds"] = settled;
   r["note"] =
       "timed by host code on the source agent (CLOCK_MONOTONIC): rig_rail_go of the 64 B "
-      "there to the arrival of the answer on the rail back";
+      "there to the arrival of the answer on the rail back, after an untimed exchange of "
+      "settle_s on other rails of the same job";
   report_latency(ctx, "rig.rail.pingpong", r);
   return r;
 }
