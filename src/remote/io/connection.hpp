@@ -315,6 +315,9 @@ class Connection final : private TransportEvents {
   std::shared_ptr<ReadLane> read_lane_;
   bool reads_lent_ = false;  // the read lane has the socket: the transport is not reading
   bool read_watch_armed_ = false;
+  // The frames being handled are ones a reader passed on (watch_reads): news up to a watch late,
+  // which says nothing of what comes next, so the loop does not poll for it (note_activity).
+  bool relayed_frames_ = false;
   std::function<void()> read_lane_watch_;
   // Writes that came while a caller's rest was due, in order, each with what was held before it.
   struct Deferred {
