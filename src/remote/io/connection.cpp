@@ -349,7 +349,7 @@ void Connection::flush_handshake() {
   if (!out.empty()) write_buffers(Bytes(out.begin(), out.end()), {}, nullptr);
 }
 
-void Connection::frame_bytes() {
+void Connection::frame_bytes(bool fresh) {
   while (state_ == State::open) {
     auto next = decoder_.next();
     if (!next) {
@@ -370,7 +370,7 @@ void Connection::frame_bytes() {
     if (auto* r = counted(handshake_)) r->received_messages.fetch_add(1, std::memory_order_relaxed);
     if (std::holds_alternative<Heartbeat>(*message)) continue;  // liveness already noted the bytes
     // A message of the job's work: its answer or the next one usually follows at once.
-    if (!relayed_frames_) reactor_.note_activity();
+    if (fresh) reactor_.note_activity();
     owner_.on_message(*this, std::move(*message));
   }
 }
@@ -616,17 +616,10 @@ void Connection::watch_reads() {
   read_lane_->take_deferred(deferred);
   if (!deferred.empty() && state_ == State::open) {
     decoder_.feed(deferred);
-    // Old news, not a sign of traffic to come: the loop does not poll for it. A host-code
-    // ping-pong on one core gave each agent's loop 0.08 turns a round, mostly the polls after
-    // each watch, and 0.015 without them (bench/README.md, "Session 29 on a lent H100").
-    {
-      relayed_frames_ = true;
-      const struct Reset {
-        bool& flag;
-        ~Reset() { flag = false; }
-      } reset{relayed_frames_};
-      frame_bytes();
-    }
+    // Old news: the loop does not poll for it. A host-code ping-pong on one core gave each
+    // agent's loop 0.08 turns a round, mostly the polls after each watch, and 0.015 without them
+    // (bench/README.md, "Session 29 on a lent H100").
+    frame_bytes(false);
     if (!reads_lent_ || !read_lane_) return;
   }
   const ReadLane::State st = read_lane_->state();

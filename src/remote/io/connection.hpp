@@ -222,7 +222,10 @@ class Connection final : private TransportEvents {
   void read_ended(int status);
   void written(int status);
   void handshake_bytes(std::span<const std::uint8_t> bytes);
-  void frame_bytes();
+  // Handles the decoder's whole frames. `fresh`: read off the socket now, so the loop polls for
+  // what follows (note_activity); false for frames a reader passed on (watch_reads), news up to a
+  // watch late that says nothing of traffic to come.
+  void frame_bytes(bool fresh = true);
   // Asks the owner where a partly received bulk frame's body goes, and reads it there if it can.
   void try_sink();
   void flush_handshake();
@@ -315,9 +318,6 @@ class Connection final : private TransportEvents {
   std::shared_ptr<ReadLane> read_lane_;
   bool reads_lent_ = false;  // the read lane has the socket: the transport is not reading
   bool read_watch_armed_ = false;
-  // The frames being handled are ones a reader passed on (watch_reads): news up to a watch late,
-  // which says nothing of what comes next, so the loop does not poll for it (note_activity).
-  bool relayed_frames_ = false;
   std::function<void()> read_lane_watch_;
   // Writes that came while a caller's rest was due, in order, each with what was held before it.
   struct Deferred {
