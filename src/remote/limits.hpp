@@ -110,6 +110,13 @@ inline constexpr std::int64_t staging_idle_release_ms = 1000;
 // its own: long enough that a busy pipeline's counts go a few hundred at a time, short enough that
 // the controller's view of such a rail is never more than this behind.
 inline constexpr std::uint64_t idle_work_delay_us = 500;
+// The longest news of a round the controller started that nobody waits for (the source's sent
+// count to the controller, which the destination's arrived count says too; the destination's
+// arrived count to a source agent; RAIL_AWAIT to the destination) waits for its connection's next
+// write, whether or not the loop goes idle meanwhile: on a core that the job's processes share the
+// loops go idle after nearly every round, so news sent at idle cost a write and a read a round. In
+// whole milliseconds, as libuv's timers count.
+inline constexpr std::uint64_t later_news_delay_ms = 1;
 
 // How often a connection whose socket host code reads (ReadLane) looks at it: readers' bytes
 // count as heard, the rounds they took are reported (so at most this late), and the loop reads

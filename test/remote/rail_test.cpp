@@ -642,6 +642,68 @@ void pipeline_test(std::uint64_t rounds, std::size_t bytes) {
 
 }  // namespace
 
+namespace {
+
+// Segments carrying data that this process has received from and sent to 127.0.0.1:`port`, as the
+// kernel counts them (TCP_INFO): with TCP_NODELAY, one a write at least.
+std::pair<std::uint64_t, std::uint64_t> tcp_data_segments_to(int port) {
+  std::uint64_t in = 0, out = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
+    if (peer.sin_family != AF_INET || ntohs(peer.sin_port) != port) continue;
+    tcp_info info{};
+    socklen_t info_len = sizeof info;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &info_len) != 0) continue;
+    in += info.tcpi_data_segs_in;
+    out += info.tcpi_data_segs_out;
+  }
+  return {in, out};
+}
+
+}  // namespace
+
+// The news of a round the controller started that nobody waits for does not cost a write a round:
+// the source's sent count (the destination's arrived count says it too), and RAIL_AWAIT to the
+// destination, ride on their connection's next write or go at most later_news_delay_ms (1 ms)
+// late. Rounds of go() and wait_arrived, one at a time, each take tens of microseconds; sent at
+// once or whenever the loop went idle, the source's count and the RAIL_AWAIT took a write each
+// round on each connection (the count of writes below was then the count of rounds).
+TEST_CASE(
+    "rounds the controller starts cost the source no write to it, nor it one to the "
+    "destination, each round") {
+  const auto key = rig::test::make_key_file("rail-news");
+  Rigd a(key), b(key);
+  auto job = rig::test::start_job(key, {&a, &b});
+  rig::Buffer src = holding(job.hosts()[0], pattern(64, 3));
+  rig::Buffer dst = rig::Buffer::make(job.hosts()[1], 64);
+  Transfer t{src, 0, dst, 0, 64};
+  auto rail = rig::remote::rail(std::span(&t, 1));
+  REQUIRE(rail.ok());
+  rail->wait_arrived(rail->go());  // the destination's first round may be asked ahead
+  const std::uint64_t rounds = 2000;
+  const auto a_before = tcp_data_segments_to(a.port), b_before = tcp_data_segments_to(b.port);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::uint64_t i = 0; i < rounds; ++i) rail->wait_arrived(rail->go());
+  const double ms = rig::test::seconds_since(t0) * 1e3;
+  const auto a_after = tcp_data_segments_to(a.port), b_after = tcp_data_segments_to(b.port);
+  const std::uint64_t from_source = a_after.first - a_before.first;
+  const std::uint64_t to_destination = b_after.second - b_before.second;
+  MESSAGE(rounds << " rounds in " << ms << " ms; segments from the source " << from_source
+                 << ", to the destination " << to_destination);
+  // A write a millisecond (twice that: the loop's clock is read once a turn, so its timers may
+  // fire early by up to a millisecond), a heartbeat and a few more. A run slower than half a
+  // millisecond a round (a sanitizer's build on a loaded machine) cannot tell the two apart.
+  const double bound = 2 * ms + 10;
+  CHECK(static_cast<double>(from_source) <= bound);
+  CHECK(static_cast<double>(to_destination) <= bound);
+  CHECK(rail->sent() == rounds + 1);
+  CHECK(contents(dst) == pattern(64, 3));
+  job.close();
+}
+
 TEST_CASE("host code on two agents drives a pipeline over two rails; no rail byte through here") {
   pipeline_test(sanitized ? 1000 : 5000, 4096);
 }

@@ -375,9 +375,13 @@ void AgentRails::moved(HeldRail& rail, std::uint64_t round, bool arrived) {
   if (controller_ != nullptr && controller_->state() == Connection::State::open &&
       (!arrived || rail.link != controller_)) {
     const RailCount count{rail.id, arrived ? RailCount::arrived : RailCount::sent, round};
-    // The controller waits for the rounds it started; of host code's it only keeps the count.
-    if (round <= rail.driven) {
+    // The controller waits for the arrival of the rounds it started. Their sent count it waits
+    // for only when the destination's arrived count is late, which says it too (RailCounts::
+    // arrive); of host code's rounds it only keeps the counts.
+    if (arrived && round <= rail.driven) {
       controller_->send_soon(count);
+    } else if (round <= rail.driven) {
+      controller_->send_later(count);
     } else {
       controller_->send_lazy(count);
     }

@@ -537,7 +537,7 @@ void ControllerProtocol::go_rail(std::uint32_t id, std::uint64_t round, rig::det
     if (ahead) {
       // Nothing there for the round to follow: the destination needs to know of it only before
       // the controller's next message to it, which may use the round's memory.
-      if (Connection* c = member_connection(plan.destination)) c->send_lazy(RailAwait{id, round});
+      if (Connection* c = member_connection(plan.destination)) c->send_later(RailAwait{id, round});
     } else {
       // First, so that its RAIL_READY is on its way as the source reaches the round.
       to_member(plan.destination, RailExpect{id, round});

@@ -396,6 +396,15 @@ void Connection::send(const Message& m) {
 }
 
 void Connection::send_lazy(const Message& m) {
+  hold_news(m, &Connection::lazy_flush_queued_, &Reactor::when_idle);
+}
+
+void Connection::send_later(const Message& m) {
+  hold_news(m, &Connection::later_flush_queued_, &Reactor::after_news_delay);
+}
+
+void Connection::hold_news(const Message& m, bool Connection::*queued,
+                           void (Reactor::*flush_at)(std::function<void()>)) {
   if (state_ != State::open) return;
   if (lane_) {
     // In the lane, the news leaves with whichever write comes first, a caller's included, and
@@ -404,11 +413,11 @@ void Connection::send_lazy(const Message& m) {
     encode(m, news);
     if (lane_->carry(news)) {
       if (auto* r = counted(handshake_)) r->sent_messages.fetch_add(1, std::memory_order_relaxed);
-      flush_held_at(&Connection::lazy_flush_queued_, &Reactor::when_idle);
+      flush_held_at(queued, flush_at);
       return;
     }
   }
-  hold(m, &Connection::lazy_flush_queued_, &Reactor::when_idle);
+  hold(m, queued, flush_at);
 }
 
 void Connection::send_soon(const Message& m) {

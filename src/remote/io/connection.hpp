@@ -100,6 +100,11 @@ class Connection final : private TransportEvents {
   // started), which then costs no write of its own on the way of one a peer does wait for. Only
   // while open; what is still held when the connection ends goes before its final message.
   void send_lazy(const Message& m);
+  // send_lazy, but the loop going idle does not send it: only this connection's next write, or
+  // later_news_delay_ms (Reactor::after_news_delay). For news that no peer waits for at all (a
+  // count that another message says too, or that only a look at the word would read), which on a
+  // shared core would otherwise cost a write of its own every round.
+  void send_later(const Message& m);
   // Sends `m` in this connection's next write, or at the end of the loop's turn
   // (Reactor::at_turn_end), whichever comes first: for messages that come in bursts (a round's
   // count per round of a batch the loop read at once), so that a burst costs one write, not one
@@ -241,14 +246,17 @@ class Connection final : private TransportEvents {
   bool claim_lane() noexcept { return lane_ && lane_->claim(); }
   void release_lane_if_idle() noexcept;
   void open_lane() noexcept;  // as the connection opens, or when given a lane once open
+  // send_lazy's and send_later's shared part: in the lane's news if it takes it, else hold().
+  void hold_news(const Message& m, bool Connection::*queued,
+                 void (Reactor::*flush_at)(std::function<void()>));
   // Holds `m` for the next write, and unless `queued` says one is, asks the reactor for a flush
-  // at `flush_at` (send_lazy's and send_soon's shared part).
+  // at `flush_at` (what send_lazy, send_later and send_soon share).
   void hold(const Message& m, bool Connection::*queued,
             void (Reactor::*flush_at)(std::function<void()>));
   // What has just been put in lazy_: unless `queued` says one is, asks the reactor for a flush.
   void flush_held_at(bool Connection::*queued, void (Reactor::*flush_at)(std::function<void()>));
   void flush_lazy();  // the held messages, in a write of their own
-  // Whether send_lazy's or send_soon's messages wait for a write (here or in the lane).
+  // Whether held news (send_lazy, send_later, send_soon) waits for a write (here or in the lane).
   bool holds_news() const noexcept;
   void tick(std::int64_t now_ms);
   void fail(const std::string& cause);
@@ -297,9 +305,10 @@ class Connection final : private TransportEvents {
   std::size_t last_backlog_ = 0;
   std::uint64_t last_acked_ = 0;
   bool final_message_pending_ = false;
-  Bytes lazy_;                      // send_lazy's messages, for the next write
-  bool lazy_flush_queued_ = false;  // a flush_lazy is queued with the reactor for its idle time
-  bool soon_flush_queued_ = false;  // and for the end of its turn
+  Bytes lazy_;                       // send_lazy's messages, for the next write
+  bool lazy_flush_queued_ = false;   // a flush_lazy is queued with the reactor for its idle time
+  bool later_flush_queued_ = false;  // and for later_news_delay_ms
+  bool soon_flush_queued_ = false;   // and for the end of its turn
   // The message send_soon_covering held last: where it begins and ends in lazy_ and its key. It
   // may be replaced only while it still ends lazy_ (covering_end_ 0: none is).
   std::size_t covering_at_ = 0;

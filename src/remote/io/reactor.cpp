@@ -223,6 +223,10 @@ void Reactor::when_idle(std::function<void()> fn) {
   }
 }
 
+void Reactor::after_news_delay(std::function<void()> fn) {
+  after_ms(later_news_delay_ms, std::move(fn));
+}
+
 bool Reactor::run_soon() {
   const bool any = !soon_.empty() || !turn_end_work_.empty() || !idle_work_.empty();
   // What these queue runs on the turn after.

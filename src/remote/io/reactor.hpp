@@ -90,6 +90,9 @@ class Reactor {
   // peer is waiting for), so that what a peer does wait for goes first, and several such pieces go
   // together. `fn` must not throw. What is queued when the reactor stops is dropped. Loop thread.
   void when_idle(std::function<void()> fn);
+  // Runs `fn` later_news_delay_ms after this call (after_ms), whether or not the loop goes idle
+  // first: for news that no peer waits for at all (Connection::send_later). Loop thread.
+  void after_news_delay(std::function<void()> fn);
   // Runs what soon(), at_turn_end() and when_idle() queued before this call; whether there was
   // any. The loop
   // does this itself; a test that drives a reactor by hand, with no loop (so always as good as

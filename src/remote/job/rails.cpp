@@ -411,10 +411,14 @@ void Rails::report_arrival(HeldRail& rail, std::uint64_t round) {
   WorkCounters::add(&WorkCounters::rail_bytes_arrived, (round - rail.reported) * round_bytes(rail));
   rail.reported = round;
   if (rail.link->state() == Connection::State::open) {
-    // One count says every round before it arrived too.
+    // One count says every round before it arrived too. A source that is the controller waits for
+    // it; a source agent's loop does not (it goes on once a round is sent), and its host code
+    // reads the word only for rounds host code started, whose counts go once the loop is idle.
     const RailCount count{rail.id, RailCount::arrived, round};
-    if (rail.source_waits || round <= rail.driven) {
+    if (rail.source_waits) {
       rail.link->send_soon(count);
+    } else if (round <= rail.driven) {
+      rail.link->send_later(count);
     } else {
       rail.link->send_lazy(count);
     }
