@@ -54,6 +54,24 @@ SignalsOpen::~SignalsOpen() {
   caller_mask = saved_caller_;
 }
 
+int poll_signals_open(pollfd* fds, nfds_t count, int timeout_ms) noexcept {
+  timespec timeout{};
+  timespec* bounded = nullptr;
+  if (timeout_ms >= 0) {
+    timeout.tv_sec = timeout_ms / 1000;
+    timeout.tv_nsec = static_cast<long>(timeout_ms % 1000) * 1'000'000;
+    bounded = &timeout;
+  }
+  const sigset_t* const mask = caller_mask;
+  if (mask == nullptr) return ::ppoll(fds, count, bounded, nullptr);
+  // A handler runs only inside the wait, where a rig call it makes is an outermost call of its own,
+  // as in a SignalsOpen scope.
+  caller_mask = nullptr;
+  const int rc = ::ppoll(fds, count, bounded, mask);
+  caller_mask = mask;
+  return rc;
+}
+
 SubmissionLock::SubmissionLock() {
   if (submission_held) {
     throw std::invalid_argument(

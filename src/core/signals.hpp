@@ -5,6 +5,7 @@
 // needs a lock its thread holds (the submission lock) gets std::invalid_argument, never a deadlock.
 #pragma once
 
+#include <poll.h>
 #include <signal.h>
 
 namespace rig::detail {
@@ -36,6 +37,12 @@ class SignalsOpen {
  private:
   const sigset_t* saved_caller_ = nullptr;
 };
+
+// poll(2) for a wait inside a rig call, with the caller's own signal mask for the wait only: what
+// poll inside a SignalsOpen scope does, but the kernel sets the mask and puts it back with the wait
+// (ppoll), one system call where that takes three. An agent's loop sleeps here (serve). Outside a
+// rig call, poll. Returns what ppoll returns (-1 with EINTR: a handler ran). One thread.
+int poll_signals_open(pollfd* fds, nfds_t count, int timeout_ms) noexcept;
 
 // The submission lock (Registry::submission_mutex), held for a scope. Raises std::invalid_argument
 // instead of waiting when this thread holds it already: a signal handler or callback that

@@ -131,11 +131,12 @@ void set_agent_events(AgentEvents e) {
 namespace {
 
 // serve's loop sleeps here, with the caller's signals open: serve's own steps run with every
-// signal blocked, so that a handler never lands inside them, and its waits let handlers run.
+// signal blocked, so that a handler never lands inside them, and its waits let handlers run. The
+// mask is the wait's own (ppoll): a loop that sleeps after every round on a core the job's
+// processes share made three system calls a sleep where one will do.
 void wait_with_signals_open(int fd, int timeout_ms) {
-  const rig::detail::SignalsOpen open;
   pollfd p{fd, POLLIN, 0};
-  (void)::poll(&p, 1, timeout_ms);  // EINTR: a handler ran; the loop looks again
+  (void)rig::detail::poll_signals_open(&p, 1, timeout_ms);  // EINTR: a handler ran; look again
 }
 
 }  // namespace
