@@ -520,10 +520,10 @@ TEST_CASE("work beside a large round goes on, on the rail's connection and at bo
 
 namespace {
 
-// Bytes this process has received and sent on its TCP connections to `ports` (of 127.0.0.1), as
-// the kernel counts them (TCP_INFO): the controller's own view of its links to the agents.
-std::pair<std::uint64_t, std::uint64_t> tcp_bytes_to(const std::vector<int>& ports) {
-  std::uint64_t received = 0, sent = 0;
+// TCP_INFO of each of this process's TCP connections to 127.0.0.1 at one of `ports`, as the kernel
+// keeps it: the controller's own view of its links to the agents.
+std::vector<tcp_info> tcp_infos_to(const std::vector<int>& ports) {
+  std::vector<tcp_info> out;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
     const int fd = std::atoi(entry.path().filename().c_str());
     sockaddr_in peer{};
@@ -534,7 +534,15 @@ std::pair<std::uint64_t, std::uint64_t> tcp_bytes_to(const std::vector<int>& por
     if (std::find(ports.begin(), ports.end(), port) == ports.end()) continue;
     tcp_info info{};
     socklen_t info_len = sizeof info;
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &info_len) != 0) continue;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &info_len) == 0) out.push_back(info);
+  }
+  return out;
+}
+
+// Bytes this process has received and sent on its TCP connections to `ports` (of 127.0.0.1).
+std::pair<std::uint64_t, std::uint64_t> tcp_bytes_to(const std::vector<int>& ports) {
+  std::uint64_t received = 0, sent = 0;
+  for (const tcp_info& info : tcp_infos_to(ports)) {
     received += info.tcpi_bytes_received;
     sent += info.tcpi_bytes_acked;
   }
@@ -640,23 +648,11 @@ void pipeline_test(std::uint64_t rounds, std::size_t bytes) {
   job.close();
 }
 
-}  // namespace
-
-namespace {
-
-// Segments carrying data that this process has received from and sent to 127.0.0.1:`port`, as the
-// kernel counts them (TCP_INFO): with TCP_NODELAY, one a write at least.
+// Segments carrying data that this process has received from and sent to 127.0.0.1:`port`: with
+// TCP_NODELAY, one a write at least.
 std::pair<std::uint64_t, std::uint64_t> tcp_data_segments_to(int port) {
   std::uint64_t in = 0, out = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    const int fd = std::atoi(entry.path().filename().c_str());
-    sockaddr_in peer{};
-    socklen_t len = sizeof peer;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
-    if (peer.sin_family != AF_INET || ntohs(peer.sin_port) != port) continue;
-    tcp_info info{};
-    socklen_t info_len = sizeof info;
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &info_len) != 0) continue;
+  for (const tcp_info& info : tcp_infos_to({port})) {
     in += info.tcpi_data_segs_in;
     out += info.tcpi_data_segs_out;
   }
