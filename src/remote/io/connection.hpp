@@ -305,7 +305,7 @@ class Connection final : private TransportEvents {
   std::size_t last_backlog_ = 0;
   std::uint64_t last_acked_ = 0;
   bool final_message_pending_ = false;
-  Bytes lazy_;                       // send_lazy's messages, for the next write
+  Bytes lazy_;  // held news (send_lazy, send_later, send_soon), for the next write
   bool lazy_flush_queued_ = false;   // a flush_lazy is queued with the reactor for its idle time
   bool later_flush_queued_ = false;  // and for later_news_delay_ms
   bool soon_flush_queued_ = false;   // and for the end of its turn
