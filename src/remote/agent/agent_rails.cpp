@@ -374,17 +374,11 @@ void AgentRails::moved(HeldRail& rail, std::uint64_t round, bool arrived) {
   // controller itself).
   if (controller_ != nullptr && controller_->state() == Connection::State::open &&
       (!arrived || rail.link != controller_)) {
-    const RailCount count{rail.id, arrived ? RailCount::arrived : RailCount::sent, round};
-    // The controller waits for the arrival of the rounds it started. Their sent count it waits
-    // for only when the destination's arrived count is late, which says it too (RailCounts::
-    // arrive); of host code's rounds it only keeps the counts.
-    if (arrived && round <= rail.driven) {
-      controller_->send_soon(count);
-    } else if (round <= rail.driven) {
-      controller_->send_later(count);
-    } else {
-      controller_->send_lazy(count);
-    }
+    // The controller waits for the arrival of the rounds it started. Their sent count it does not
+    // wait for: the destination's arrived count says it too (RailCounts::arrive).
+    send_count(*controller_, rail,
+               RailCount{rail.id, arrived ? RailCount::arrived : RailCount::sent, round},
+               arrived && round <= rail.driven);
   }
   const auto done = [&](const UnderWay& u) {
     return u.rail == rail.id && u.arrived == arrived && round >= u.round;

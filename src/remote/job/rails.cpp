@@ -405,6 +405,16 @@ void Rails::on_data(Connection& from, std::size_t bytes, const std::uint8_t* at)
   report_arrival(rail, in.round);
 }
 
+void send_count(Connection& to, const HeldRail& rail, const RailCount& count, bool waited) {
+  if (waited) {
+    to.send_soon(count);
+  } else if (count.value <= rail.driven) {
+    to.send_later(count);
+  } else {
+    to.send_lazy(count);
+  }
+}
+
 void Rails::report_arrival(HeldRail& rail, std::uint64_t round) {
   if (round <= rail.reported) return;
   WorkCounters::add(&WorkCounters::rail_rounds_arrived, round - rail.reported);
@@ -412,16 +422,8 @@ void Rails::report_arrival(HeldRail& rail, std::uint64_t round) {
   rail.reported = round;
   if (rail.link->state() == Connection::State::open) {
     // One count says every round before it arrived too. A source that is the controller waits for
-    // it; a source agent's loop does not (it goes on once a round is sent), and its host code
-    // reads the word only for rounds host code started, whose counts go once the loop is idle.
-    const RailCount count{rail.id, RailCount::arrived, round};
-    if (rail.source_waits) {
-      rail.link->send_soon(count);
-    } else if (round <= rail.driven) {
-      rail.link->send_later(count);
-    } else {
-      rail.link->send_lazy(count);
-    }
+    // it; a source agent's loop does not (it goes on once a round is sent).
+    send_count(*rail.link, rail, RailCount{rail.id, RailCount::arrived, round}, rail.source_waits);
   }
   if (events_.arrived) events_.arrived(rail, round);
 }

@@ -74,6 +74,13 @@ struct HeldRail {
   std::uint64_t reported = 0;
 };
 
+// Sends a count of `rail`'s round `round` on `to` as soon as its peer needs it: at the end of the
+// loop's turn when the peer waits for it (`waited`); with the connection's next write or about
+// 1 ms later for the other rounds the controller started, whose counts nobody waits for; with the
+// next write or once the loop is idle for host code's rounds (Connection::send_later, send_lazy).
+// Loop thread.
+void send_count(Connection& to, const HeldRail& rail, const RailCount& count, bool waited);
+
 // Owner: the role's protocol (or the agent's work). Threads: the loop. Lifetime: the job's; its
 // writes in flight hold what they send from, and find it gone without harm.
 class Rails {
