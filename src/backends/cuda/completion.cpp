@@ -114,6 +114,7 @@ void completion_loop(std::shared_ptr<Engine> e) {
     CUevent event = nullptr;
     std::uint64_t value = 0;
     bool launched = false;
+    bool stopping = false;
     detail::PoolVector<detail::Dep> deps;
     {
       std::unique_lock lock(e->mu);
@@ -139,9 +140,13 @@ void completion_loop(std::shared_ptr<Engine> e) {
       value = f.value;
       launched = f.launched;
       deps = f.work.deps;
+      // Read here, under the lock that stop() writes it under: read during the wait below, it
+      // raced with stop() (TSan). If stop() comes after, a give-way only brings this thread back
+      // to the top of the loop, where it sees it.
+      stopping = e->stopping;
     }
     bool gave_way = false;
-    Outcome o = wait_event(*e, event, e->stopping ? nullptr : &gave_way);
+    Outcome o = wait_event(*e, event, stopping ? nullptr : &gave_way);
     if (gave_way) continue;  // a poller looks now; the entry is its, or ours again later
     if (o && launched) o = stream_state(*e);
     // Work ordered behind another device's by a stream wait is only good if that device's work

@@ -571,6 +571,27 @@ TEST_CASE("a dependent device is lost with the cause of the device it waited for
   CHECK(rig::failure(g[1]) == cause);
 }
 
+TEST_CASE("a device lost from another thread while its completion thread waits for the GPU") {
+  fresh_start();
+  const auto g = gpus();
+  const Fake& fake = Fake::get();
+  const rig::Image image = load_ok(g[0], rig::test::ptx_kernels());
+  fake.hold(1);
+  const std::uint64_t v =
+      rig::submit(g[0], rig::Run{image, "spin_ns", rig::Shape::linear(1), {rig::Arg::word(0)}});
+  // Time for the completion thread to take the work and start waiting for it. This thread calls
+  // nothing meanwhile (the fake's call counts would order it after that thread's looks), so under
+  // TSan the loss below is unordered with what the waiting thread read before its wait: the read
+  // of the engine's stopping flag there raced with the loss (an intermittent CI failure).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string cause = "CUDA:0: lost by the test while its work was on the GPU";
+  g[0].core()->lose(cause);
+  fake.hold(0);
+  CHECK_THROWS_WITH_AS(g[0].wait(v), cause.c_str(), rig::Lost);
+  CHECK(rig::failure(g[0]) == cause);
+  CHECK_FALSE(rig::failure(g[1]).has_value());
+}
+
 TEST_CASE("an error the driver reports at issue loses the device, naming the call") {
   fresh_start();
   const rig::Device d = gpus()[0];
